@@ -1,0 +1,292 @@
+"""SPADE configuration: one pydantic model tree, loaded from YAML presets with dotted overrides.
+
+Every field has a docstring-like ``description``; unknown keys and bad values fail at load time with one
+line naming the key, the bad value and what is allowed (DESIGN.md §3). The resolved config is hashed
+(``config_hash``) and the hash is part of every cache key.
+
+Paper defaults (arXiv 2608.19197, DESIGN.md §7) are the field defaults; the ``tiny`` preset shrinks them
+for the embedded CPU model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
+
+GAME_SKILLS = (
+    "mathematical_reasoning",
+    "logical_deduction",
+    "spatial_reasoning",
+    "pattern_recognition",
+    "optimization",
+    "causal_inference",
+)
+TOOL_SKILLS = (
+    "api_orchestration",
+    "data_retrieval",
+    "state_modification",
+    "error_recovery",
+    "tool_selection",
+    "multi_step_workflows",
+)
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with a one-line message naming the key and the bad value."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class StoreConfig(_Section):
+    root: str = Field("./spade-store", description="Local path or s3://bucket/prefix of the artifact store.")
+    endpoint_url: str | None = Field(
+        None, description="S3-compatible endpoint; falls back to the AWS_ENDPOINT_URL variable."
+    )
+
+
+class CorpusConfig(_Section):
+    source: str = Field("embedded", description="'embedded' (Wikipedia leads) or a Parquet/JSONL path or URL.")
+    max_words: int = Field(6000, gt=0, description="Document truncation for game designs [paper: 6000].")
+    max_words_tool: int = Field(4000, gt=0, description="Document truncation for tool-use designs [4000].")
+    enabled: bool = Field(True, description="False = the 'no corpus' ablation (designer gets no document).")
+
+
+class ModelConfig(_Section):
+    name_or_path: str = Field("embedded", description="'embedded' (SmolLM2-135M-Instruct), a local HF dir or hub id.")
+    backend: Literal["transformers", "openai", "vllm"] = Field("transformers", description="Generation backend.")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL (backend=openai).")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Variable holding the API key (never stored).")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device for the transformers backend.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Weights dtype.")
+    temperature: float = Field(0.6, ge=0.0, le=2.0, description="Sampling temperature [paper: 0.6].")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling.")
+    max_new_tokens: int = Field(1024, gt=0, description="Tokens per generation call.")
+    batch_size: int = Field(32, gt=0, description="Max sequences per batched generate call.")
+    request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout (openai/vllm).")
+    max_retries: int = Field(3, ge=0, description="Retries with backoff on transient model errors.")
+
+
+class DesignerConfig(_Section):
+    kind: Literal["game", "tool", "both"] = Field("both", description="Environment kinds to design.")
+    skills_per_generation: int = Field(3, ge=1, le=6, description="Round-robin skills per generation [3].")
+    documents_per_generation: int = Field(8, gt=0, description="Document prompts per generation.")
+    group_size: int = Field(4, gt=0, description="G designs per document prompt (one GRPO group).")
+    difficulty: Literal["easy", "medium", "hard"] = Field("medium", description="Target difficulty.")
+    memory_positive: int = Field(2, ge=0, description="Positive memory examples in the prompt [2].")
+    memory_negative: int = Field(1, ge=0, description="Negative memory examples in the prompt [1].")
+    repair_rounds: int = Field(0, ge=0, description="Rounds that feed validation errors back.")
+    max_new_tokens: int = Field(2048, gt=0, description="Tokens per design.")
+    train: bool = Field(True, description="False = the 'no designer training' ablation.")
+
+
+class ValidationConfig(_Section):
+    max_turns: int = Field(25, gt=0, description="Turn budget an environment must end within [25].")
+    garbage_actions: int = Field(8, ge=1, description="Arbitrary strings fed to step().")
+    random_plays: int = Field(3, ge=0, description="Random-action plays that must not win.")
+    call_timeout_s: float = Field(5.0, gt=0, description="Timeout of one reset/step call in the jail.")
+    jail_time_limit_s: int = Field(120, gt=0, description="Wall-clock limit of one jail.")
+    memory_mb: int = Field(512, ge=64, description="Address-space / cgroup memory limit per jail.")
+    max_pids: int = Field(16, ge=1, description="Processes per jail (cgroup pids or RLIMIT_NPROC).")
+    max_message_kb: int = Field(64, ge=1, description="Cap of one protocol message from the jail.")
+    parallel_jails: int = Field(2, ge=1, description="Jails running at once in a pool.")
+
+
+class RolloutConfig(_Section):
+    plays_no_hint: int = Field(8, ge=1, description="G no-hint plays per environment [8].")
+    plays_hint: int = Field(16, ge=0, description="M hinted plays per environment [16].")
+    seeds_per_env: int = Field(1, ge=1, description="Distinct seeds per environment.")
+    max_turns: int = Field(25, gt=0, description="Turn limit per episode [25].")
+    max_tokens_per_turn: int = Field(512, gt=0, description="Agent tokens per turn.")
+    max_context_tokens: int = Field(4096, gt=0, description="Conversation token limit.")
+    hint_max_words: int = Field(100, gt=0, description="Hint length limit [100 words].")
+    replay_envs: int = Field(0, ge=0, description="Memory envs replayed per generation (PLR-style; 0 = paper).")
+
+
+class ScoringConfig(_Section):
+    designer_reward: Literal["blend", "regret", "solve_rate", "learnability"] = Field(
+        "blend", description="Designer reward variant [blend]."
+    )
+    regret_weight: float = Field(0.4, ge=0, le=1, description="Weight of the regret term in blend [0.4].")
+    regret_scale: float = Field(0.15, gt=0, description="Regret normaliser in blend [0.15].")
+    plateau_low: float = Field(0.4, ge=0, le=1, description="Win-rate plateau start [0.4].")
+    plateau_high: float = Field(0.6, ge=0, le=1, description="Win-rate plateau end [0.6].")
+    plateau_falloff: float = Field(0.25, gt=0, description="Linear fall-off width outside the plateau [0.25].")
+    invalid_reward: float = Field(0.0, description="Reward of an invalid design [0].")
+
+
+class MemoryConfig(_Section):
+    capacity: int = Field(200, gt=0, description="FIFO capacity [200].")
+    positive_win_rate: tuple[float, float] = Field((0.15, 0.85), description="In-band win rate [0.15, 0.85].")
+    negative_high: float = Field(0.9, description="Negative example: win rate above this [0.9].")
+    negative_low: float = Field(0.1, description="Negative example: win rate below this [0.1].")
+    enabled: bool = Field(True, description="False = the 'no memory' ablation.")
+    novelty_threshold: float | None = Field(None, description="Cosine similarity above which a design is rejected.")
+
+
+class TrainingConfig(_Section):
+    enabled: bool = Field(True, description="Run the GRPO update each generation.")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = Field("dapo", description="TRL loss type.")
+    epsilon: float = Field(0.2, gt=0, description="Lower clip range [0.2].")
+    epsilon_high: float = Field(0.28, gt=0, description="Upper clip range [0.28].")
+    beta: float = Field(0.0, ge=0, description="KL coefficient (0 = no reference model).")
+    learning_rate: float = Field(1e-6, gt=0, description="Learning rate.")
+    epochs: int = Field(1, ge=1, description="Epochs over the generation's batch.")
+    per_device_batch_size: int = Field(4, ge=1, description="Samples per device per step.")
+    designer_fraction: float = Field(0.5, ge=0, le=1, description="Share of designer samples in the batch.")
+    lora: bool = Field(False, description="Train a LoRA adapter instead of all weights.")
+    lora_r: int = Field(8, ge=1, description="LoRA rank.")
+    accelerate_config: str | None = Field(None, description="File under data/accelerate/ (None = single process).")
+    gradient_checkpointing: bool = Field(False, description="Trade compute for memory (GPU presets).")
+    bf16: bool = Field(False, description="bf16 mixed precision (GPU presets).")
+
+
+class EvaluationConfig(_Section):
+    every: int = Field(0, ge=0, description="Evaluate every k generations (0 = never).")
+    suites: list[str] = Field(default_factory=lambda: ["reasoning_gym"], description="Suites to run.")
+    limit: int = Field(50, ge=1, description="Items per suite.")
+    seed: int = Field(1234, description="Held-out item selection seed.")
+
+
+class OrchestrationConfig(_Section):
+    task_runner: Literal["threads", "processes", "dask"] = Field("threads", description="Prefect task runner.")
+    dask_address: str | None = Field(None, description="Dask scheduler address (None = local cluster).")
+    shard_size: int = Field(16, ge=1, description="Items per mapped task shard.")
+    retries: int = Field(2, ge=0, description="Retries of I/O and model tasks.")
+
+
+class SpadeConfig(_Section):
+    """The resolved configuration of one SPADE run."""
+
+    seed: int = Field(0, description="Global seed: document sampling, skills, rollout seeds.")
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    designer: DesignerConfig = Field(default_factory=DesignerConfig)
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
+
+    def config_hash(self) -> str:
+        """Stable 16-hex hash of the resolved config (key order and formatting independent)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.path=value")
+    key, raw = item.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"override {item!r} has an empty key")
+    # YAML scalars: 8 -> int, true -> bool, [a, b] -> list, null -> None, anything else -> str.
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def _apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node: Any = data
+    model: type[BaseModel] | None = SpadeConfig
+    for depth, part in enumerate(parts):
+        fields = model.model_fields if model else {}
+        if model is not None and part not in fields:
+            where = ".".join(parts[:depth]) or "top level"
+            raise ConfigError(
+                f"unknown config key {'.'.join(parts[: depth + 1])!r}; allowed at {where}: "
+                f"{', '.join(sorted(fields))}"
+            )
+        if depth == len(parts) - 1:
+            node[part] = value
+            return
+        annotation = fields[part].annotation if model else None
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        if model is None:
+            raise ConfigError(f"config key {'.'.join(parts[: depth + 1])!r} is a value, not a section")
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"config key {'.'.join(parts[: depth + 1])!r} must be a mapping")
+
+
+def _format_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "config"
+    value = err.get("input")
+    if err["type"] == "extra_forbidden":
+        return f"unknown config key {key!r}"
+    if err["type"] == "literal_error":
+        allowed = err.get("ctx", {}).get("expected", "")
+        return f"config key {key!r} has bad value {value!r}; allowed: {allowed}"
+    return f"config key {key!r} has bad value {value!r}: {err['msg']}"
+
+
+def load_config(
+    preset: str | None = "tiny",
+    config_file: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> SpadeConfig:
+    """Resolve a config: preset YAML, then a config file on top, then ``key=value`` overrides.
+
+    Raises:
+        ConfigError: one line naming the bad preset, file, key or value.
+    """
+    data: dict[str, Any] = {}
+    if preset:
+        path = PRESET_DIR / f"{preset}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(available_presets())}")
+        data = _read_yaml(path)
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(config_file)!r} does not exist")
+        data = _deep_merge(data, _read_yaml(path))
+    for item in overrides:
+        parts, value = _parse_override(item)
+        _apply_override(data, parts, value)
+    try:
+        return SpadeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc)) from None
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

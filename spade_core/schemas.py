@@ -1,0 +1,110 @@
+"""One pyarrow schema per store table (DESIGN.md §4).
+
+``run_id`` and ``gen`` are not columns of the files: they are the hive partitions of the path
+(``run={run_id}/gen={g}``) and come back as columns when a table is read. A schema change is explicit:
+edit the schema here; writing a frame that does not match it is a :class:`SchemaError`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+_str = pa.string()
+_transcript_turn = pa.struct([("role", _str), ("content", _str)])
+
+
+def _f(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable)
+
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "documents": pa.schema(
+        [_f("doc_id", _str), _f("source", _str), _f("title", _str, True), _f("text", _str),
+         _f("n_words", pa.int32())]
+    ),
+    "designs": pa.schema(
+        [_f("design_id", _str), _f("doc_id", _str, True), _f("group_id", _str), _f("skill", _str),
+         _f("kind", _str), _f("prompt", _str), _f("completion", _str), _f("code", _str, True),
+         _f("env_id", _str, True), _f("model_ref", _str)]
+    ),
+    "validations": pa.schema(
+        [_f("design_id", _str, True), _f("env_id", _str), _f("ok", pa.bool_()), _f("error_type", _str, True),
+         _f("message", _str, True), _f("checks", pa.map_(_str, pa.bool_())), _f("seconds", pa.float64())]
+    ),
+    "hints": pa.schema(
+        [_f("env_id", _str), _f("hint", _str), _f("leaks_solution", pa.bool_()), _f("model_ref", _str)]
+    ),
+    "episodes": pa.schema(
+        [_f("episode_id", _str), _f("env_id", _str), _f("condition", _str), _f("seed", pa.int64()),
+         _f("episode_return", pa.float64()), _f("turns", pa.int32()), _f("error_type", _str, True),
+         _f("transcript", pa.list_(_transcript_turn)), _f("rewards", pa.list_(pa.float64())),
+         _f("model_ref", _str), _f("token_ids", pa.list_(pa.int32()), True),
+         _f("loss_mask", pa.list_(pa.int8()), True)]
+    ),
+    "env_scores": pa.schema(
+        [_f("env_id", _str), _f("design_id", _str, True), _f("skill", _str), _f("win_rate", pa.float64()),
+         _f("r_hint", pa.float64()), _f("r_no_hint", pa.float64()), _f("regret", pa.float64()),
+         _f("designer_reward", pa.float64())]
+    ),
+    "memory": pa.schema(
+        [_f("env_id", _str), _f("skill", _str), _f("kind", _str), _f("code", _str),
+         _f("win_rate", pa.float64()), _f("regret", pa.float64()), _f("gen_added", pa.int64())]
+    ),
+    "train_metrics": pa.schema(
+        [_f("role", _str), _f("step", pa.int64()), _f("loss", pa.float64()), _f("grad_norm", pa.float64(), True),
+         _f("reward_mean", pa.float64()), _f("reward_std", pa.float64()), _f("kl", pa.float64(), True),
+         _f("clip_fraction", pa.float64(), True), _f("tokens", pa.int64(), True),
+         _f("step_seconds", pa.float64(), True)]
+    ),
+    "evals": pa.schema(
+        [_f("suite", _str), _f("item_id", _str), _f("checkpoint", _str), _f("score", pa.float64()),
+         _f("passed", pa.bool_(), True), _f("response", _str, True)]
+    ),
+}
+
+TABLES: tuple[str, ...] = tuple(SCHEMAS)
+
+
+class SchemaError(ValueError):
+    """A frame does not match its table's schema; the message names the table and the column."""
+
+
+def _example(series: pd.Series) -> Any:
+    for value in series:
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            return value
+    return None
+
+
+def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
+    """Convert ``frame`` to the table's exact schema, or raise :class:`SchemaError` naming the problem.
+
+    Lossless conversions are accepted (an int column into a float64 field); anything else is not.
+    """
+    if table not in SCHEMAS:
+        raise SchemaError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    schema = SCHEMAS[table]
+    expected, got = list(schema.names), list(frame.columns)
+    missing = [c for c in expected if c not in got]
+    extra = [c for c in got if c not in expected]
+    if missing or extra:
+        parts = ([f"missing {missing}"] if missing else []) + ([f"unexpected {extra}"] if extra else [])
+        raise SchemaError(f"table {table!r}: {'; '.join(parts)} (expected columns {expected})")
+    arrays = []
+    for field in schema:
+        column = frame[field.name]
+        try:
+            array = pa.array(column, type=field.type, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            raise SchemaError(
+                f"table {table!r}: column {field.name!r} must be {field.type}, got dtype {column.dtype} "
+                f"(e.g. {_example(column)!r}): {str(exc).splitlines()[0]}"
+            ) from None
+        if not field.nullable and array.null_count:
+            raise SchemaError(f"table {table!r}: column {field.name!r} has {array.null_count} null value(s)")
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=schema)
