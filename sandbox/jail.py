@@ -1,0 +1,213 @@
+"""One long-lived jailed process serving one environment instance over the framed protocol.
+
+A call returns a :class:`CallResult`; nothing an environment does is raised into the caller. A call that
+outlives its timeout kills the jail (``timeout``); a reply over the size cap kills it too
+(``output_limit``); a jail that dies mid-call is classified from how it died (see ``_death_reason``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.policy import JailLimits, SandboxUnavailable, jail_command, resolve_cgroups
+
+ERROR_TYPES = (
+    "syntax_error", "contract_error", "exception", "timeout", "memory", "output_limit", "jail_error",
+    "trivial", "unsolvable", "nondeterministic",
+)
+START_TIMEOUT_S = 15.0
+
+
+@dataclass
+class CallResult:
+    """Outcome of one call into the jail: ``ok`` with ``data``, or an ``error_type`` and ``message``."""
+
+    ok: bool
+    data: dict[str, Any] = field(default_factory=dict)
+    error_type: str | None = None
+    message: str | None = None
+    stdout: str = ""
+    seconds: float = 0.0
+
+    @classmethod
+    def failure(cls, error_type: str, message: str, seconds: float = 0.0) -> CallResult:
+        return cls(ok=False, error_type=error_type, message=message, seconds=seconds)
+
+
+class JailedProcess:
+    """``host.py`` running in nsjail; call :meth:`start` then :meth:`call`, finally :meth:`close`."""
+
+    def __init__(self, limits: JailLimits | None = None, call_timeout_s: float = 5.0) -> None:
+        self.limits = limits or JailLimits()
+        self.call_timeout_s = call_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.dead: CallResult | None = None
+        self.started_at = 0.0
+        self._buffer = b""
+        self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
+        self._drain: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> CallResult:
+        """Start the jail and wait for the host's ready frame."""
+        t0 = time.perf_counter()
+        try:
+            use_cgroups = resolve_cgroups()
+            argv = jail_command(self.limits, use_cgroups)
+        except SandboxUnavailable:
+            raise
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, close_fds=True,
+        )
+        self.started_at = time.monotonic()
+        self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._drain.start()
+        reply = self._read_frame(time.monotonic() + max(START_TIMEOUT_S, self.call_timeout_s))
+        if isinstance(reply, CallResult):
+            reason = reply if reply.error_type == "output_limit" else CallResult.failure(
+                "jail_error", f"jail did not start: {reply.message}; nsjail said: {self.stderr_tail()}")
+            return self._die(reason)
+        return CallResult(ok=True, seconds=time.perf_counter() - t0)
+
+    def _drain_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
+            self._stderr.append(chunk)
+
+    def stderr_tail(self, limit: int = 400) -> str:
+        text = b"".join(self._stderr).decode(errors="replace")
+        lines = [ln for ln in text.splitlines() if "no version information available" not in ln]
+        return "\n".join(lines)[-limit:].strip()
+
+    def close(self) -> None:
+        """Ask the host to close the environment, then make sure nothing of the jail survives."""
+        proc = self.proc
+        if proc is None:
+            return
+        if self.dead is None and proc.poll() is None:
+            try:
+                self._send({"op": "close"})
+                self._read_frame(time.monotonic() + 1.0)
+            except OSError:
+                pass
+        self._kill()
+        self.dead = self.dead or CallResult.failure("jail_error", "jail closed")
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+        if self._drain is not None:
+            self._drain.join(timeout=2)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+    def __enter__(self) -> JailedProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- protocol -------------------------------------------------------------------------------------
+    def call(self, op: str, timeout_s: float | None = None, **payload: Any) -> CallResult:
+        """Send one request and wait for its reply; every failure comes back as a CallResult."""
+        if self.dead is not None:
+            return CallResult.failure(self.dead.error_type or "jail_error", f"jail is down: {self.dead.message}")
+        if self.proc is None:
+            return CallResult.failure("jail_error", "jail not started")
+        t0 = time.perf_counter()
+        try:
+            self._send({"op": op, **payload})
+        except OSError:
+            return self._die(self._death_reason(op), t0)
+        reply = self._read_frame(time.monotonic() + (timeout_s or self.call_timeout_s), op)
+        if isinstance(reply, CallResult):
+            return self._die(reply, t0)
+        seconds = time.perf_counter() - t0
+        stdout = str(reply.pop("stdout", ""))
+        if not reply.pop("ok", False):
+            return CallResult(ok=False, error_type=str(reply.get("error_type", "jail_error")),
+                              message=str(reply.get("message", "")), data=reply, stdout=stdout, seconds=seconds)
+        return CallResult(ok=True, data=reply, stdout=stdout, seconds=seconds)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        body = json.dumps(message).encode()
+        self.proc.stdin.write(struct.pack(">I", len(body)) + body)
+        self.proc.stdin.flush()
+
+    def _read_frame(self, deadline: float, op: str = "start") -> dict[str, Any] | CallResult:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        cap = self.limits.max_message_bytes + 4096
+        while True:
+            if len(self._buffer) >= 4:
+                size = struct.unpack(">I", self._buffer[:4])[0]
+                if size > cap:
+                    return CallResult.failure("output_limit", f"{op}: reply frame of {size} bytes exceeds {cap}")
+                if len(self._buffer) >= 4 + size:
+                    body, self._buffer = self._buffer[4 : 4 + size], self._buffer[4 + size :]
+                    try:
+                        message = json.loads(body)
+                    except ValueError:
+                        return CallResult.failure("jail_error", f"{op}: undecodable reply frame")
+                    if not isinstance(message, dict):
+                        return CallResult.failure("jail_error", f"{op}: reply is not an object")
+                    return message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return CallResult.failure("timeout", f"{op} did not return within the call timeout")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return self._death_reason(op)
+            self._buffer += chunk
+
+    def _death_reason(self, op: str) -> CallResult:
+        """Classify a jail that went away during ``op`` from its exit status and lifetime."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        lived = time.monotonic() - self.started_at
+        if lived >= self.limits.time_limit_s - 0.5:
+            return CallResult.failure("timeout", f"{op}: jail hit its wall-clock limit of {self.limits.time_limit_s}s")
+        if code in (137, -9):
+            return CallResult.failure("memory", f"{op}: jail was killed (SIGKILL: memory limit) after {lived:.1f}s")
+        if op == "start":
+            return CallResult.failure("jail_error", f"jail exited with code {code} before it was ready")
+        return CallResult.failure("exception", f"{op}: environment process exited with code {code}")
+
+    def _die(self, reason: CallResult, t0: float | None = None) -> CallResult:
+        if t0 is not None:
+            reason.seconds = time.perf_counter() - t0
+        self.dead = reason
+        self._kill()
+        return reason

@@ -1,0 +1,249 @@
+"""In-jail host: loads ONE generated environment and serves it over a framed protocol.
+
+Runs inside nsjail under the system ``python3``; standard library only; imports nothing of the project
+except the sibling ``spade_env`` helpers that generated environments may import themselves.
+
+Protocol: every message is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON.
+Requests arrive on a private duplicate of fd 0; replies leave on a private duplicate of fd 1. Before any
+generated code runs, fd 0 is pointed at /dev/null and fd 1 at stderr, and ``sys.stdout`` is replaced by a
+capped buffer, so ``print``, ``sys.stdout.write`` and ``os.write(1, ...)`` from the environment can never
+produce or corrupt a protocol frame. The first frame is ``{"ready": true}``.
+
+Requests: ``load`` (source, max_turns), ``reset`` (seed), ``step`` (action), ``solution``, ``close``.
+Replies: ``{"ok": true, ...}`` or ``{"ok": false, "error_type": ..., "message": ...}``; each carries the
+environment's captured ``stdout`` (truncated).
+"""
+
+import io
+import json
+import math
+import os
+import struct
+import sys
+import traceback
+
+MAX_CAPTURE = 2000
+MODULE_NAME = "spade_generated_env"
+
+# Private references taken before generated code runs, so it cannot swap them out from under us by
+# patching modules (a deliberate in-process forgery is out of scope: see the sandbox threat model).
+_dumps, _loads, _pack, _unpack = json.dumps, json.loads, struct.pack, struct.unpack
+_os_read, _os_write = os.read, os.write
+
+
+class ContractError(Exception):
+    """The environment returned something the contract does not allow."""
+
+
+class _CappedStdout(io.TextIOBase):
+    def __init__(self):
+        self.parts, self.size, self.dropped = [], 0, 0
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        text = str(text)
+        room = MAX_CAPTURE - self.size
+        if room > 0:
+            self.parts.append(text[:room])
+            self.size += min(len(text), room)
+        self.dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def take(self):
+        out = "".join(self.parts)
+        if self.dropped:
+            out += "...[%d chars dropped]" % self.dropped
+        self.parts, self.size, self.dropped = [], 0, 0
+        return out
+
+
+def _short(value, limit=200):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = _os_read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _json_safe(info):
+    try:
+        _dumps(info, allow_nan=False)
+        return info
+    except (TypeError, ValueError, RecursionError):
+        return {"_unserialisable_info": _short(info, 500)}
+
+
+def check_obs(value, where):
+    if not isinstance(value, str):
+        raise ContractError("%s returned an observation of type %s (%s), expected str"
+                            % (where, type(value).__name__, _short(value)))
+    return value
+
+
+def check_info(value, where):
+    if not isinstance(value, dict):
+        raise ContractError("%s returned info of type %s (%s), expected dict"
+                            % (where, type(value).__name__, _short(value)))
+    return _json_safe(value)
+
+
+def check_flag(value, name):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ContractError("step returned %s=%s (%s), expected a bool" % (name, _short(value), type(value).__name__))
+
+
+def check_reward(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ContractError("step returned reward %s of type %s, expected a number in [0, 1]"
+                            % (_short(value), type(value).__name__))
+    reward = float(value)
+    if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
+        raise ContractError("step returned reward %r, expected a finite number in [0, 1]" % reward)
+    return reward
+
+
+def check_tuple(value, length, where):
+    if not isinstance(value, (tuple, list)) or len(value) != length:
+        got = "a %s of length %d" % (type(value).__name__, len(value)) if isinstance(value, (tuple, list)) \
+            else "a %s (%s)" % (type(value).__name__, _short(value))
+        raise ContractError("%s returned %s, expected a tuple of %d" % (where, got, length))
+    return value
+
+
+def find_env_class(namespace):
+    classes = [v for v in namespace.values()
+               if isinstance(v, type) and v.__module__ == MODULE_NAME
+               and callable(getattr(v, "reset", None)) and callable(getattr(v, "step", None))]
+    if len(classes) != 1:
+        names = ", ".join(c.__name__ for c in classes) or "none"
+        raise ContractError("expected exactly one environment class (with reset and step), found %d: %s"
+                            % (len(classes), names))
+    return classes[0]
+
+
+class Host:
+    def __init__(self):
+        self.env = None
+
+    def load(self, source, max_turns=12):
+        import spade_env  # noqa: F401  (importable for generated code; imported before it can be shadowed)
+
+        try:
+            code = compile(source, "<environment>", "exec")
+        except (SyntaxError, ValueError) as exc:
+            return {"ok": False, "error_type": "syntax_error", "message": "%s: %s" % (type(exc).__name__, exc)}
+        module = type(sys)(MODULE_NAME)
+        sys.modules[MODULE_NAME] = module
+        exec(code, module.__dict__)
+        cls = find_env_class(module.__dict__)
+        if not callable(getattr(cls, "solution", None)):
+            raise ContractError("environment class %s has no solution() method" % cls.__name__)
+        self.env = cls(max_turns=max_turns)
+        tools = spade_env.tool_schemas(cls)
+        kind = "tool" if tools or isinstance(self.env, spade_env.ToolEnv) else "game"
+        return {"ok": True, "class_name": cls.__name__, "kind": kind, "tools": tools}
+
+    def _need_env(self):
+        if self.env is None:
+            raise ContractError("no environment loaded")
+        return self.env
+
+    def reset(self, seed=None):
+        out = check_tuple(self._need_env().reset(seed=seed), 2, "reset(seed)")
+        return {"ok": True, "obs": check_obs(out[0], "reset"), "info": check_info(out[1], "reset")}
+
+    def step(self, action=""):
+        out = check_tuple(self._need_env().step(action), 5, "step(action)")
+        return {"ok": True, "obs": check_obs(out[0], "step"), "reward": check_reward(out[1]),
+                "terminated": check_flag(out[2], "terminated"), "truncated": check_flag(out[3], "truncated"),
+                "info": check_info(out[4], "step")}
+
+    def solution(self):
+        value = self._need_env().solution()
+        if not isinstance(value, str):
+            raise ContractError("solution() returned %s (%s), expected str" % (type(value).__name__, _short(value)))
+        return {"ok": True, "solution": value}
+
+
+def handle(host, request):
+    op = request.get("op")
+    try:
+        if op == "load":
+            return host.load(request.get("source", ""), int(request.get("max_turns", 12)))
+        if op == "reset":
+            return host.reset(request.get("seed"))
+        if op == "step":
+            return host.step(request.get("action", ""))
+        if op == "solution":
+            return host.solution()
+        return {"ok": False, "error_type": "jail_error", "message": "unknown op %r" % (op,)}
+    except ContractError as exc:
+        return {"ok": False, "error_type": "contract_error", "message": str(exc)}
+    except MemoryError:
+        return {"ok": False, "error_type": "memory", "message": "MemoryError in %s" % op}
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt included: all are data
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        return {"ok": False, "error_type": "exception",
+                "message": "%s in %s: %s" % (type(exc).__name__, op, _short(str(exc), 300)),
+                "traceback": "".join(tb[-3:])[-1500:]}
+
+
+def main():
+    max_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else 65536
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    capture = _CappedStdout()
+    sys.stdout = capture
+    sys.stdin = io.StringIO("")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    host = Host()
+
+    def send(message):
+        message["stdout"] = capture.take()
+        try:
+            payload = _dumps(message, allow_nan=False).encode("utf-8", "replace")
+        except (TypeError, ValueError):
+            payload = _dumps({"ok": False, "error_type": "contract_error",
+                              "message": "reply is not JSON-serialisable"}).encode()
+        if len(payload) > max_bytes:
+            payload = _dumps({"ok": False, "error_type": "output_limit",
+                              "message": "reply of %d bytes exceeds the %d-byte limit" % (len(payload), max_bytes)}
+                             ).encode()
+        _os_write(proto_out, _pack(">I", len(payload)) + payload)
+
+    send({"ready": True})
+    while True:
+        header = _read_exact(proto_in, 4)
+        if header is None:
+            return
+        body = _read_exact(proto_in, _unpack(">I", header)[0])
+        if body is None:
+            return
+        request = _loads(body.decode("utf-8"))
+        if request.get("op") == "close":
+            try:
+                if host.env is not None and callable(getattr(host.env, "close", None)):
+                    host.env.close()
+            except BaseException:  # noqa: BLE001,S110 - closing is best effort
+                pass
+            send({"ok": True})
+            return
+        send(handle(host, request))
+
+
+if __name__ == "__main__":
+    main()
