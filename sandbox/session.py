@@ -1,0 +1,75 @@
+"""A jailed environment instance: one :class:`JailedProcess` with one environment loaded in it."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, TypeVar
+
+from sandbox.jail import CallResult, JailedProcess
+from sandbox.policy import JailLimits
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class EnvSession:
+    """Start a jail, load ``code`` into it, then ``reset`` / ``step`` / ``solution``; always ``close``.
+
+    Every method returns a :class:`CallResult`: a broken environment is data, never an exception.
+    """
+
+    def __init__(
+        self, code: str, *, max_turns: int = 12, limits: JailLimits | None = None, call_timeout_s: float = 5.0
+    ) -> None:
+        self.code = code
+        self.max_turns = max_turns
+        self.jail = JailedProcess(limits, call_timeout_s)
+        self.kind: str | None = None
+        self.tools: list[dict[str, Any]] = []
+        self.class_name: str | None = None
+
+    def open(self) -> CallResult:
+        started = self.jail.start()
+        if not started.ok:
+            return started
+        loaded = self.jail.call("load", source=self.code, max_turns=self.max_turns)
+        if loaded.ok:
+            self.kind = loaded.data.get("kind")
+            self.tools = loaded.data.get("tools") or []
+            self.class_name = loaded.data.get("class_name")
+        loaded.seconds += started.seconds
+        return loaded
+
+    def reset(self, seed: int | None = None) -> CallResult:
+        return self.jail.call("reset", seed=seed)
+
+    def step(self, action: str) -> CallResult:
+        return self.jail.call("step", action=action)
+
+    def solution(self) -> CallResult:
+        return self.jail.call("solution")
+
+    @property
+    def alive(self) -> bool:
+        return self.jail.dead is None and self.jail.proc is not None
+
+    def close(self) -> None:
+        self.jail.close()
+
+    def __enter__(self) -> EnvSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:
+    """Apply ``fn`` to ``items`` with ``workers`` jails at once, keeping the input order.
+
+    Each item's work runs in its own jail(s); the threads only wait on pipes, so the GIL is not the limit.
+    """
+    items = list(items)
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jail") as pool:
+        return list(pool.map(fn, items))

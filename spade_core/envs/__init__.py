@@ -1,0 +1,1 @@
+"""The generated-environment contract, the seed environment library and the Gymnasium wrapper."""

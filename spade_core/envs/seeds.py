@@ -1,0 +1,44 @@
+"""The seed environment library in ``data/seed_envs/``: hand-written environments that obey the contract,
+seed the memory, serve as the fixed-environment baseline and as test fixtures.
+
+File names are ``{skill}__{name}.py``; the skill key is one of ``config.GAME_SKILLS + config.TOOL_SKILLS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from spade_core.config import GAME_SKILLS, TOOL_SKILLS
+from spade_core.envs.contract import env_id_for
+
+SEED_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "seed_envs"
+
+
+@dataclass(frozen=True)
+class SeedEnv:
+    name: str
+    skill: str
+    kind: str
+    path: Path
+    code: str
+
+    @property
+    def env_id(self) -> str:
+        return env_id_for(self.code)
+
+
+def load_seed_envs(directory: Path = SEED_DIR) -> list[SeedEnv]:
+    """Every seed environment, sorted by file name; a file with an unknown skill key is an error."""
+    envs = []
+    for path in sorted(directory.glob("*__*.py")):
+        skill, name = path.stem.split("__", 1)
+        if skill in GAME_SKILLS:
+            kind = "game"
+        elif skill in TOOL_SKILLS:
+            kind = "tool"
+        else:
+            raise ValueError(f"seed env {path.name}: unknown skill {skill!r}; "
+                             f"skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}")
+        envs.append(SeedEnv(name=name, skill=skill, kind=kind, path=path, code=path.read_text()))
+    return envs
