@@ -8,6 +8,7 @@ outlives its timeout kills the jail (``timeout``); a reply over the size cap kil
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import select
@@ -22,8 +23,16 @@ from typing import Any
 from sandbox.policy import JailLimits, SandboxUnavailable, jail_command, resolve_cgroups
 
 ERROR_TYPES = (
-    "syntax_error", "contract_error", "exception", "timeout", "memory", "output_limit", "jail_error",
-    "trivial", "unsolvable", "nondeterministic",
+    "syntax_error",
+    "contract_error",
+    "exception",
+    "timeout",
+    "memory",
+    "output_limit",
+    "jail_error",
+    "trivial",
+    "unsolvable",
+    "nondeterministic",
 )
 START_TIMEOUT_S = 15.0
 
@@ -67,23 +76,36 @@ class JailedProcess:
         except SandboxUnavailable:
             raise
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, close_fds=True,
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
         )
         self.started_at = time.monotonic()
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drain.start()
         reply = self._read_frame(time.monotonic() + max(START_TIMEOUT_S, self.call_timeout_s))
         if isinstance(reply, CallResult):
-            reason = reply if reply.error_type == "output_limit" else CallResult.failure(
-                "jail_error", f"jail did not start: {reply.message}; nsjail said: {self.stderr_tail()}")
+            reason = (
+                reply
+                if reply.error_type == "output_limit"
+                else CallResult.failure(
+                    "jail_error", f"jail did not start: {reply.message}; nsjail said: {self.stderr_tail()}"
+                )
+            )
             return self._die(reason)
         return CallResult(ok=True, seconds=time.perf_counter() - t0)
 
     def _drain_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
-        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):  # type: ignore[union-attr]
-            self._stderr.append(chunk)
+        fd = self.proc.stderr.fileno()
+        try:
+            for chunk in iter(lambda: os.read(fd, 4096), b""):
+                self._stderr.append(chunk)
+        except OSError:  # closed while reading: the jail is gone
+            return
 
     def stderr_tail(self, limit: int = 400) -> str:
         text = b"".join(self._stderr).decode(errors="replace")
@@ -109,10 +131,8 @@ class JailedProcess:
         if proc is None:
             return
         if proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -150,8 +170,14 @@ class JailedProcess:
         seconds = time.perf_counter() - t0
         stdout = str(reply.pop("stdout", ""))
         if not reply.pop("ok", False):
-            return CallResult(ok=False, error_type=str(reply.get("error_type", "jail_error")),
-                              message=str(reply.get("message", "")), data=reply, stdout=stdout, seconds=seconds)
+            return CallResult(
+                ok=False,
+                error_type=str(reply.get("error_type", "jail_error")),
+                message=str(reply.get("message", "")),
+                data=reply,
+                stdout=stdout,
+                seconds=seconds,
+            )
         return CallResult(ok=True, data=reply, stdout=stdout, seconds=seconds)
 
     def _send(self, message: dict[str, Any]) -> None:

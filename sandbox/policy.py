@@ -129,10 +129,19 @@ def build_config(limits: JailLimits, use_cgroups: bool) -> NsJailConfig:
             MountPt(src="usr/lib", dst="/lib", is_symlink=True),
             MountPt(src="usr/lib64", dst="/lib64", is_symlink=True, mandatory=False),
             MountPt(src=runtime, dst=JAIL_RUNTIME, is_bind=True, rw=False),
-            MountPt(dst="/tmp", fstype="tmpfs", rw=True, is_dir=True, options=f"size={limits.tmpfs_mb}m",
-                    nosuid=True, nodev=True),
-            *[MountPt(src=dev, dst=dev, is_bind=True, rw=dev == "/dev/null")
-              for dev in ("/dev/null", "/dev/zero", "/dev/urandom")],
+            MountPt(
+                dst="/tmp",
+                fstype="tmpfs",
+                rw=True,
+                is_dir=True,
+                options=f"size={limits.tmpfs_mb}m",
+                nosuid=True,
+                nodev=True,
+            ),
+            *[
+                MountPt(src=dev, dst=dev, is_bind=True, rw=dev == "/dev/null")
+                for dev in ("/dev/null", "/dev/zero", "/dev/urandom")
+            ],
         ],
         exec_bin=None,
     )
@@ -165,8 +174,17 @@ def _write_config_cached(limits: JailLimits, use_cgroups: bool) -> str:
 def jail_command(limits: JailLimits, use_cgroups: bool) -> list[str]:
     """argv that starts nsjail running the host program under the jail's python."""
     return [
-        nsjail_binary(), "--config", write_config(limits, use_cgroups), "--quiet", "--",
-        JAIL_PYTHON, "-I", "-S", "-B", f"{JAIL_RUNTIME}/host.py", str(limits.max_message_bytes),
+        nsjail_binary(),
+        "--config",
+        write_config(limits, use_cgroups),
+        "--quiet",
+        "--",
+        JAIL_PYTHON,
+        "-I",
+        "-S",
+        "-B",
+        f"{JAIL_RUNTIME}/host.py",
+        str(limits.max_message_bytes),
     ]
 
 
@@ -182,8 +200,11 @@ def probe(use_cgroups: bool) -> str | None:
         return f"{type(exc).__name__}: {exc}"
     if proc.returncode == 0 and proc.stdout.strip() == b"42":
         return None
-    lines = [ln for ln in proc.stderr.decode(errors="replace").splitlines()
-             if ln.strip() and "no version information available" not in ln]
+    lines = [
+        ln
+        for ln in proc.stderr.decode(errors="replace").splitlines()
+        if ln.strip() and "no version information available" not in ln
+    ]
     return (lines[-1] if lines else f"exit code {proc.returncode}")[:300]
 
 

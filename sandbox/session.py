@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any
 
 from sandbox.jail import CallResult, JailedProcess
 from sandbox.policy import JailLimits
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 class EnvSession:
@@ -63,7 +61,7 @@ class EnvSession:
         self.close()
 
 
-def run_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:
+def run_parallel[T, R](fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:
     """Apply ``fn`` to ``items`` with ``workers`` jails at once, keeping the input order.
 
     Each item's work runs in its own jail(s); the threads only wait on pipes, so the GIL is not the limit.

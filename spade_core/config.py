@@ -225,8 +225,7 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
         if model is not None and part not in fields:
             where = ".".join(parts[:depth]) or "top level"
             raise ConfigError(
-                f"unknown config key {'.'.join(parts[: depth + 1])!r}; allowed at {where}: "
-                f"{', '.join(sorted(fields))}"
+                f"unknown config key {'.'.join(parts[: depth + 1])!r}; allowed at {where}: {', '.join(sorted(fields))}"
             )
         if depth == len(parts) - 1:
             node[part] = value

@@ -23,46 +23,96 @@ def _f(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
 
 SCHEMAS: dict[str, pa.Schema] = {
     "documents": pa.schema(
-        [_f("doc_id", _str), _f("source", _str), _f("title", _str, True), _f("text", _str),
-         _f("n_words", pa.int32())]
+        [_f("doc_id", _str), _f("source", _str), _f("title", _str, True), _f("text", _str), _f("n_words", pa.int32())]
     ),
     "designs": pa.schema(
-        [_f("design_id", _str), _f("doc_id", _str, True), _f("group_id", _str), _f("skill", _str),
-         _f("kind", _str), _f("prompt", _str), _f("completion", _str), _f("code", _str, True),
-         _f("env_id", _str, True), _f("model_ref", _str)]
+        [
+            _f("design_id", _str),
+            _f("doc_id", _str, True),
+            _f("group_id", _str),
+            _f("skill", _str),
+            _f("kind", _str),
+            _f("prompt", _str),
+            _f("completion", _str),
+            _f("code", _str, True),
+            _f("env_id", _str, True),
+            _f("model_ref", _str),
+        ]
     ),
     "validations": pa.schema(
-        [_f("design_id", _str, True), _f("env_id", _str), _f("ok", pa.bool_()), _f("error_type", _str, True),
-         _f("message", _str, True), _f("checks", pa.map_(_str, pa.bool_())), _f("seconds", pa.float64())]
+        [
+            _f("design_id", _str, True),
+            _f("env_id", _str),
+            _f("ok", pa.bool_()),
+            _f("error_type", _str, True),
+            _f("message", _str, True),
+            _f("checks", pa.map_(_str, pa.bool_())),
+            _f("seconds", pa.float64()),
+        ]
     ),
-    "hints": pa.schema(
-        [_f("env_id", _str), _f("hint", _str), _f("leaks_solution", pa.bool_()), _f("model_ref", _str)]
-    ),
+    "hints": pa.schema([_f("env_id", _str), _f("hint", _str), _f("leaks_solution", pa.bool_()), _f("model_ref", _str)]),
     "episodes": pa.schema(
-        [_f("episode_id", _str), _f("env_id", _str), _f("condition", _str), _f("seed", pa.int64()),
-         _f("episode_return", pa.float64()), _f("turns", pa.int32()), _f("error_type", _str, True),
-         _f("transcript", pa.list_(_transcript_turn)), _f("rewards", pa.list_(pa.float64())),
-         _f("model_ref", _str), _f("token_ids", pa.list_(pa.int32()), True),
-         _f("loss_mask", pa.list_(pa.int8()), True)]
+        [
+            _f("episode_id", _str),
+            _f("env_id", _str),
+            _f("condition", _str),
+            _f("seed", pa.int64()),
+            _f("episode_return", pa.float64()),
+            _f("turns", pa.int32()),
+            _f("error_type", _str, True),
+            _f("transcript", pa.list_(_transcript_turn)),
+            _f("rewards", pa.list_(pa.float64())),
+            _f("model_ref", _str),
+            _f("token_ids", pa.list_(pa.int32()), True),
+            _f("loss_mask", pa.list_(pa.int8()), True),
+        ]
     ),
     "env_scores": pa.schema(
-        [_f("env_id", _str), _f("design_id", _str, True), _f("skill", _str), _f("win_rate", pa.float64()),
-         _f("r_hint", pa.float64()), _f("r_no_hint", pa.float64()), _f("regret", pa.float64()),
-         _f("designer_reward", pa.float64())]
+        [
+            _f("env_id", _str),
+            _f("design_id", _str, True),
+            _f("skill", _str),
+            _f("win_rate", pa.float64()),
+            _f("r_hint", pa.float64()),
+            _f("r_no_hint", pa.float64()),
+            _f("regret", pa.float64()),
+            _f("designer_reward", pa.float64()),
+        ]
     ),
     "memory": pa.schema(
-        [_f("env_id", _str), _f("skill", _str), _f("kind", _str), _f("code", _str),
-         _f("win_rate", pa.float64()), _f("regret", pa.float64()), _f("gen_added", pa.int64())]
+        [
+            _f("env_id", _str),
+            _f("skill", _str),
+            _f("kind", _str),
+            _f("code", _str),
+            _f("win_rate", pa.float64()),
+            _f("regret", pa.float64()),
+            _f("gen_added", pa.int64()),
+        ]
     ),
     "train_metrics": pa.schema(
-        [_f("role", _str), _f("step", pa.int64()), _f("loss", pa.float64()), _f("grad_norm", pa.float64(), True),
-         _f("reward_mean", pa.float64()), _f("reward_std", pa.float64()), _f("kl", pa.float64(), True),
-         _f("clip_fraction", pa.float64(), True), _f("tokens", pa.int64(), True),
-         _f("step_seconds", pa.float64(), True)]
+        [
+            _f("role", _str),
+            _f("step", pa.int64()),
+            _f("loss", pa.float64()),
+            _f("grad_norm", pa.float64(), True),
+            _f("reward_mean", pa.float64()),
+            _f("reward_std", pa.float64()),
+            _f("kl", pa.float64(), True),
+            _f("clip_fraction", pa.float64(), True),
+            _f("tokens", pa.int64(), True),
+            _f("step_seconds", pa.float64(), True),
+        ]
     ),
     "evals": pa.schema(
-        [_f("suite", _str), _f("item_id", _str), _f("checkpoint", _str), _f("score", pa.float64()),
-         _f("passed", pa.bool_(), True), _f("response", _str, True)]
+        [
+            _f("suite", _str),
+            _f("item_id", _str),
+            _f("checkpoint", _str),
+            _f("score", pa.float64()),
+            _f("passed", pa.bool_(), True),
+            _f("response", _str, True),
+        ]
     ),
 }
 

@@ -47,8 +47,14 @@ class ValidationResult:
     seconds: float = 0.0
 
     def as_row(self) -> dict[str, Any]:
-        return {"env_id": self.env_id, "ok": self.ok, "error_type": self.error_type, "message": self.message,
-                "checks": dict(self.checks), "seconds": self.seconds}
+        return {
+            "env_id": self.env_id,
+            "ok": self.ok,
+            "error_type": self.error_type,
+            "message": self.message,
+            "checks": dict(self.checks),
+            "seconds": self.seconds,
+        }
 
 
 @dataclass
@@ -62,16 +68,28 @@ class _Context:
 
 def limits_from_config(cfg: ValidationConfig) -> JailLimits:
     return JailLimits(
-        memory_mb=cfg.memory_mb, max_pids=cfg.max_pids, time_limit_s=cfg.jail_time_limit_s,
-        cpu_seconds=cfg.jail_time_limit_s, max_message_bytes=cfg.max_message_kb * 1024,
+        memory_mb=cfg.memory_mb,
+        max_pids=cfg.max_pids,
+        time_limit_s=cfg.jail_time_limit_s,
+        cpu_seconds=cfg.jail_time_limit_s,
+        max_message_bytes=cfg.max_message_kb * 1024,
     )
 
 
 def garbage_actions(rng: random.Random, count: int) -> list[str]:
     """Arbitrary strings an agent might send: empty, malformed, huge, binary-ish, random printable."""
-    fixed = ["", " ", "\\boxed{}", "\\boxed{" + "}" * 3, "<tool_call>not json</tool_call>",
-             '<tool_call>{"name": 5}</tool_call>', "<answer></answer>", "ünïcødé 🎲 \u200b", "\x00\x01\x7f",
-             "x" * 5000]
+    fixed = [
+        "",
+        " ",
+        "\\boxed{}",
+        "\\boxed{" + "}" * 3,
+        "<tool_call>not json</tool_call>",
+        '<tool_call>{"name": 5}</tool_call>',
+        "<answer></answer>",
+        "ünïcødé 🎲 \u200b",
+        "\x00\x01\x7f",
+        "x" * 5000,
+    ]
     randoms = ["".join(rng.choice(string.printable) for _ in range(rng.randint(1, 80))) for _ in range(count)]
     return fixed + randoms
 
@@ -147,8 +165,10 @@ def check_solution_reaches_goal(ctx: _Context) -> None:
         solution = _require(ctx.session.solution(), "solution()")["solution"]
         actions = split_actions(solution)
         if not actions:
-            raise CheckFailed("contract_error", f"solution() returned {solution[:100]!r}: no \\boxed{{}}, "
-                              "<tool_call> or <answer> actions")
+            raise CheckFailed(
+                "contract_error",
+                f"solution() returned {solution[:100]!r}: no \\boxed{{}}, <tool_call> or <answer> actions",
+            )
         _require(ctx.session.reset(seed), f"reset(seed={seed})")
         data: dict[str, Any] = {}
         for turn, action in enumerate(actions, 1):
@@ -156,8 +176,11 @@ def check_solution_reaches_goal(ctx: _Context) -> None:
             if data["terminated"] or data["truncated"]:
                 break
         if not (data.get("terminated") and data.get("reward") == 1.0):
-            raise CheckFailed("unsolvable", f"seed {seed}: replaying {len(actions)} solution action(s) ended with "
-                              f"reward {data.get('reward')!r}, terminated={data.get('terminated')!r}")
+            raise CheckFailed(
+                "unsolvable",
+                f"seed {seed}: replaying {len(actions)} solution action(s) ended with "
+                f"reward {data.get('reward')!r}, terminated={data.get('terminated')!r}",
+            )
 
 
 def check_not_trivial(ctx: _Context) -> None:
@@ -193,8 +216,9 @@ def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequenc
     """Run every check on ``code`` in one jail; never raises for a bad environment."""
     cfg = cfg or ValidationConfig()
     t0 = time.perf_counter()
-    session = EnvSession(code, max_turns=cfg.max_turns, limits=limits_from_config(cfg),
-                         call_timeout_s=cfg.call_timeout_s)
+    session = EnvSession(
+        code, max_turns=cfg.max_turns, limits=limits_from_config(cfg), call_timeout_s=cfg.call_timeout_s
+    )
     ctx = _Context(code=code, cfg=cfg, session=session, seeds=seeds)
     checks: dict[str, bool] = {}
     error_type = message = None
@@ -210,8 +234,15 @@ def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequenc
     finally:
         session.close()
     return ValidationResult(
-        env_id=env_id_for(code), ok=error_type is None, error_type=error_type, message=message, checks=checks,
-        kind=session.kind, class_name=session.class_name, tools=session.tools, seconds=time.perf_counter() - t0,
+        env_id=env_id_for(code),
+        ok=error_type is None,
+        error_type=error_type,
+        message=message,
+        checks=checks,
+        kind=session.kind,
+        class_name=session.class_name,
+        tools=session.tools,
+        seconds=time.perf_counter() - t0,
     )
 
 

@@ -84,15 +84,17 @@ def _json_safe(info):
 
 def check_obs(value, where):
     if not isinstance(value, str):
-        raise ContractError("%s returned an observation of type %s (%s), expected str"
-                            % (where, type(value).__name__, _short(value)))
+        raise ContractError(
+            "%s returned an observation of type %s (%s), expected str" % (where, type(value).__name__, _short(value))
+        )
     return value
 
 
 def check_info(value, where):
     if not isinstance(value, dict):
-        raise ContractError("%s returned info of type %s (%s), expected dict"
-                            % (where, type(value).__name__, _short(value)))
+        raise ContractError(
+            "%s returned info of type %s (%s), expected dict" % (where, type(value).__name__, _short(value))
+        )
     return _json_safe(value)
 
 
@@ -106,8 +108,9 @@ def check_flag(value, name):
 
 def check_reward(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ContractError("step returned reward %s of type %s, expected a number in [0, 1]"
-                            % (_short(value), type(value).__name__))
+        raise ContractError(
+            "step returned reward %s of type %s, expected a number in [0, 1]" % (_short(value), type(value).__name__)
+        )
     reward = float(value)
     if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
         raise ContractError("step returned reward %r, expected a finite number in [0, 1]" % reward)
@@ -116,20 +119,29 @@ def check_reward(value):
 
 def check_tuple(value, length, where):
     if not isinstance(value, (tuple, list)) or len(value) != length:
-        got = "a %s of length %d" % (type(value).__name__, len(value)) if isinstance(value, (tuple, list)) \
+        got = (
+            "a %s of length %d" % (type(value).__name__, len(value))
+            if isinstance(value, (tuple, list))
             else "a %s (%s)" % (type(value).__name__, _short(value))
+        )
         raise ContractError("%s returned %s, expected a tuple of %d" % (where, got, length))
     return value
 
 
 def find_env_class(namespace):
-    classes = [v for v in namespace.values()
-               if isinstance(v, type) and v.__module__ == MODULE_NAME
-               and callable(getattr(v, "reset", None)) and callable(getattr(v, "step", None))]
+    classes = [
+        v
+        for v in namespace.values()
+        if isinstance(v, type)
+        and v.__module__ == MODULE_NAME
+        and callable(getattr(v, "reset", None))
+        and callable(getattr(v, "step", None))
+    ]
     if len(classes) != 1:
         names = ", ".join(c.__name__ for c in classes) or "none"
-        raise ContractError("expected exactly one environment class (with reset and step), found %d: %s"
-                            % (len(classes), names))
+        raise ContractError(
+            "expected exactly one environment class (with reset and step), found %d: %s" % (len(classes), names)
+        )
     return classes[0]
 
 
@@ -138,7 +150,7 @@ class Host:
         self.env = None
 
     def load(self, source, max_turns=12):
-        import spade_env  # noqa: F401  (importable for generated code; imported before it can be shadowed)
+        import spade_env
 
         try:
             code = compile(source, "<environment>", "exec")
@@ -166,9 +178,14 @@ class Host:
 
     def step(self, action=""):
         out = check_tuple(self._need_env().step(action), 5, "step(action)")
-        return {"ok": True, "obs": check_obs(out[0], "step"), "reward": check_reward(out[1]),
-                "terminated": check_flag(out[2], "terminated"), "truncated": check_flag(out[3], "truncated"),
-                "info": check_info(out[4], "step")}
+        return {
+            "ok": True,
+            "obs": check_obs(out[0], "step"),
+            "reward": check_reward(out[1]),
+            "terminated": check_flag(out[2], "terminated"),
+            "truncated": check_flag(out[3], "truncated"),
+            "info": check_info(out[4], "step"),
+        }
 
     def solution(self):
         value = self._need_env().solution()
@@ -193,11 +210,14 @@ def handle(host, request):
         return {"ok": False, "error_type": "contract_error", "message": str(exc)}
     except MemoryError:
         return {"ok": False, "error_type": "memory", "message": "MemoryError in %s" % op}
-    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt included: all are data
+    except BaseException as exc:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        return {"ok": False, "error_type": "exception",
-                "message": "%s in %s: %s" % (type(exc).__name__, op, _short(str(exc), 300)),
-                "traceback": "".join(tb[-3:])[-1500:]}
+        return {
+            "ok": False,
+            "error_type": "exception",
+            "message": "%s in %s: %s" % (type(exc).__name__, op, _short(str(exc), 300)),
+            "traceback": "".join(tb[-3:])[-1500:],
+        }
 
 
 def main():
@@ -217,12 +237,17 @@ def main():
         try:
             payload = _dumps(message, allow_nan=False).encode("utf-8", "replace")
         except (TypeError, ValueError):
-            payload = _dumps({"ok": False, "error_type": "contract_error",
-                              "message": "reply is not JSON-serialisable"}).encode()
+            payload = _dumps(
+                {"ok": False, "error_type": "contract_error", "message": "reply is not JSON-serialisable"}
+            ).encode()
         if len(payload) > max_bytes:
-            payload = _dumps({"ok": False, "error_type": "output_limit",
-                              "message": "reply of %d bytes exceeds the %d-byte limit" % (len(payload), max_bytes)}
-                             ).encode()
+            payload = _dumps(
+                {
+                    "ok": False,
+                    "error_type": "output_limit",
+                    "message": "reply of %d bytes exceeds the %d-byte limit" % (len(payload), max_bytes),
+                }
+            ).encode()
         _os_write(proto_out, _pack(">I", len(payload)) + payload)
 
     send({"ready": True})
@@ -238,7 +263,7 @@ def main():
             try:
                 if host.env is not None and callable(getattr(host.env, "close", None)):
                     host.env.close()
-            except BaseException:  # noqa: BLE001,S110 - closing is best effort
+            except BaseException:
                 pass
             send({"ok": True})
             return

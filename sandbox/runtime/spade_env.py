@@ -103,8 +103,11 @@ def split_actions(solution):
 
 def tool_methods(cls):
     """The ``tool_*`` methods of an environment class, by tool name."""
-    return {name[len("tool_") :]: getattr(cls, name) for name in sorted(dir(cls))
-            if name.startswith("tool_") and callable(getattr(cls, name))}
+    return {
+        name[len("tool_") :]: getattr(cls, name)
+        for name in sorted(dir(cls))
+        if name.startswith("tool_") and callable(getattr(cls, name))
+    }
 
 
 def tool_schemas(cls):
@@ -120,9 +123,16 @@ def tool_schemas(cls):
             if p.default is p.empty:
                 required.append(pname)
         doc = inspect.getdoc(fn) or ""
-        schemas.append({"type": "function", "function": {
-            "name": name, "description": doc.split("\n\n")[0],
-            "parameters": {"type": "object", "properties": params, "required": required}}})
+        schemas.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": doc.split("\n\n")[0],
+                    "parameters": {"type": "object", "properties": params, "required": required},
+                },
+            }
+        )
     return schemas
 
 
@@ -186,8 +196,16 @@ class ToolEnv:
         answer = parse_answer(action)
         calls = parse_tool_calls(action)
         if answer is None and not calls:
-            return ("Format error: call a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}"
-                    "</tool_call> or finish with <answer>...</answer>."), 0.0, False, truncated, {}
+            return (
+                (
+                    'Format error: call a tool with <tool_call>{"name": ..., "arguments": {...}}'
+                    "</tool_call> or finish with <answer>...</answer>."
+                ),
+                0.0,
+                False,
+                truncated,
+                {},
+            )
         outputs = []
         tools = tool_methods(type(self))
         for name, args in calls[: self.max_tool_calls_per_turn]:

@@ -38,7 +38,8 @@ def load_seed_envs(directory: Path = SEED_DIR) -> list[SeedEnv]:
         elif skill in TOOL_SKILLS:
             kind = "tool"
         else:
-            raise ValueError(f"seed env {path.name}: unknown skill {skill!r}; "
-                             f"skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}")
+            raise ValueError(
+                f"seed env {path.name}: unknown skill {skill!r}; skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}"
+            )
         envs.append(SeedEnv(name=name, skill=skill, kind=kind, path=path, code=path.read_text()))
     return envs

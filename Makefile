@@ -1,0 +1,50 @@
+# One-command set-up: `make demo` and `make test` create .venv, install the project and its system
+# packages, then run. Python 3.12 comes from .python-version (pyenv) or a python3.12 on PATH.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.12 2>/dev/null || echo python3.12)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+SYSTEM_PACKAGES := libnl-3-200 libnl-route-3-200
+PYTEST_ARGS ?=
+
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+
+.PHONY: demo test lint system-deps clean help
+
+help:
+	@echo "make demo   - set up everything, then run the embedded job (tiny preset, local store ./spade-store)"
+	@echo "make test   - set up everything, then lint, type-check and run the whole test suite"
+
+system-deps:
+	@if ldconfig -p | grep -q 'libnl-route-3.so.200'; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "installing system packages: $(SYSTEM_PACKAGES)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES) >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES) >/dev/null; }; \
+	else \
+	  echo "error: nsjail needs $(SYSTEM_PACKAGES); run: sudo apt-get install -y $(SYSTEM_PACKAGES)" >&2; exit 1; \
+	fi
+	@test -x /usr/bin/python3 || { echo "error: /usr/bin/python3 (the jail's interpreter) is missing: apt-get install -y python3" >&2; exit 1; }
+
+$(STAMP): pyproject.toml | system-deps
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.12 (pyenv install 3.12)" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP) system-deps
+	$(BIN)/spade demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: $(STAMP) system-deps lint
+	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .prefect .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,25 @@
+"""The ``spade`` command line. Every command has ``--help``; config-reading commands take ``--preset``,
+``--config FILE`` and repeated ``--set key=value``."""
+
+from __future__ import annotations
+
+import typer
+
+from spade_core.cli import catalog_cmd, config_cmd, demo_cmd, env_cmd
+
+app = typer.Typer(
+    name="spade",
+    help="SPADE: self-play of one LLM as environment designer and agent, in sandboxed generated environments.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("sql")(catalog_cmd.sql)
+app.command("validate")(env_cmd.validate)
+app.command("demo")(demo_cmd.demo)
+app.add_typer(env_cmd.env_app, name="env")
+app.add_typer(config_cmd.config_app, name="config")
+
+
+def main() -> None:
+    app()

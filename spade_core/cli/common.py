@@ -1,0 +1,49 @@
+"""Options and error handling shared by the ``spade`` commands."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from sandbox.policy import SandboxUnavailable
+from spade_core.config import ConfigError, SpadeConfig, load_config
+from spade_core.schemas import SchemaError
+from spade_core.store import Store, StoreError
+
+PresetOpt = Annotated[str, typer.Option("--preset", help="Config preset from data/configs/ (tiny, gpu-1x, gpu-8x).")]
+ConfigOpt = Annotated[str | None, typer.Option("--config", help="YAML file applied on top of the preset.")]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="Dotted override, repeatable: --set rollout.plays_no_hint=4.")
+]
+StoreOpt = Annotated[
+    str | None, typer.Option("--store", help="Store root (path or s3://bucket/prefix); overrides store.root.")
+]
+
+
+def resolve(preset: str, config: str | None, overrides: list[str] | None, store: str | None = None) -> SpadeConfig:
+    items = list(overrides or [])
+    if store is not None:
+        items.append(f"store.root={store}")
+    return load_config(preset, config, items)
+
+
+def open_store(cfg: SpadeConfig) -> Store:
+    return Store.from_config(cfg.store)
+
+
+def clean_errors[F: Callable[..., Any]](fn: F) -> F:
+    """Turn a bad config, path, store or missing sandbox into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, StoreError, SchemaError, SandboxUnavailable, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
