@@ -130,6 +130,35 @@ def _example(series: pd.Series) -> Any:
     return None
 
 
+def _scalar_kind(type_: pa.DataType) -> str | None:
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
+        return "string"
+    if pa.types.is_boolean(type_):
+        return "bool"
+    if pa.types.is_integer(type_):
+        return "int"
+    if pa.types.is_floating(type_):
+        return "float"
+    return None
+
+
+# What a target kind accepts from an inferred kind; a safe cast then rejects lossy values (1.5 -> int).
+_ACCEPTS = {"string": {"string"}, "bool": {"bool"}, "int": {"int", "float"}, "float": {"int", "float"}}
+
+
+def _convert(column: pd.Series, type_: pa.DataType) -> pa.Array:
+    target = _scalar_kind(type_)
+    if target is None:  # nested (list, struct, map): pyarrow checks the shape itself
+        return pa.array(column, type=type_, from_pandas=True)
+    inferred = pa.array(column, from_pandas=True)
+    if pa.types.is_null(inferred.type):
+        return pa.nulls(len(column), type=type_)
+    kind = _scalar_kind(inferred.type)
+    if kind not in _ACCEPTS[target]:
+        raise TypeError(f"holds {inferred.type} values")
+    return inferred.cast(type_, safe=True)
+
+
 def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
     """Convert ``frame`` to the table's exact schema, or raise :class:`SchemaError` naming the problem.
 
@@ -148,7 +177,7 @@ def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
     for field in schema:
         column = frame[field.name]
         try:
-            array = pa.array(column, type=field.type, from_pandas=True)
+            array = _convert(column, field.type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
             raise SchemaError(
                 f"table {table!r}: column {field.name!r} must be {field.type}, got dtype {column.dtype} "

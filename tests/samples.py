@@ -1,0 +1,96 @@
+"""Small valid frames for every store table (used by store, catalog and CLI tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+ROWS: dict[str, dict[str, Any]] = {
+    "documents": {"doc_id": "d1", "source": "wiki", "title": "Ada", "text": "Ada Lovelace ...", "n_words": 3},
+    "designs": {
+        "design_id": "x1",
+        "doc_id": "d1",
+        "group_id": "g1",
+        "skill": "optimization",
+        "kind": "game",
+        "prompt": "p",
+        "completion": "c",
+        "code": "class E: ...",
+        "env_id": "e1",
+        "model_ref": "base",
+    },
+    "validations": {
+        "design_id": "x1",
+        "env_id": "e1",
+        "ok": False,
+        "error_type": "timeout",
+        "message": "slow",
+        "checks": {"parses": True, "one_env_class": False},
+        "seconds": 0.5,
+    },
+    "hints": {"env_id": "e1", "hint": "think", "leaks_solution": False, "model_ref": "base"},
+    "episodes": {
+        "episode_id": "ep1",
+        "env_id": "e1",
+        "condition": "no_hint",
+        "seed": 3,
+        "episode_return": 1.0,
+        "turns": 2,
+        "error_type": None,
+        "transcript": [{"role": "user", "content": "hi"}],
+        "rewards": [0.0, 1.0],
+        "model_ref": "base",
+        "token_ids": [1, 2, 3],
+        "loss_mask": [0, 1, 1],
+    },
+    "env_scores": {
+        "env_id": "e1",
+        "design_id": "x1",
+        "skill": "optimization",
+        "win_rate": 0.5,
+        "r_hint": 0.75,
+        "r_no_hint": 0.5,
+        "regret": 0.25,
+        "designer_reward": 1.0,
+    },
+    "memory": {
+        "env_id": "e1",
+        "skill": "optimization",
+        "kind": "game",
+        "code": "class E: ...",
+        "win_rate": 0.5,
+        "regret": 0.25,
+        "gen_added": 1,
+    },
+    "train_metrics": {
+        "role": "agent",
+        "step": 1,
+        "loss": 0.1,
+        "grad_norm": 1.5,
+        "reward_mean": 0.4,
+        "reward_std": 0.2,
+        "kl": None,
+        "clip_fraction": 0.0,
+        "tokens": 100,
+        "step_seconds": 2.0,
+    },
+    "evals": {
+        "suite": "humaneval",
+        "item_id": "HumanEval/0",
+        "checkpoint": "base",
+        "score": 1.0,
+        "passed": True,
+        "response": "def f(): ...",
+    },
+}
+
+
+def frame(table: str, n: int = 2) -> pd.DataFrame:
+    rows = []
+    for i in range(n):
+        row = dict(ROWS[table])
+        first = next(iter(row))
+        row[first] = f"{row[first]}-{i}"
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spade_core.config import ConfigError, SpadeConfig, available_presets, load_config
+
+
+@pytest.mark.parametrize("preset", ["tiny", "gpu-1x", "gpu-8x"])
+def test_every_preset_loads(preset: str) -> None:
+    cfg = load_config(preset)
+    assert isinstance(cfg, SpadeConfig)
+
+
+def test_presets_listed() -> None:
+    assert {"tiny", "gpu-1x", "gpu-8x"} <= set(available_presets())
+
+
+def test_paper_defaults_without_preset() -> None:
+    cfg = load_config(None)
+    assert (cfg.rollout.plays_no_hint, cfg.rollout.plays_hint, cfg.rollout.max_turns) == (8, 16, 25)
+    assert (cfg.training.epsilon, cfg.training.epsilon_high) == (0.2, 0.28)
+    assert cfg.memory.capacity == 200 and cfg.scoring.designer_reward == "blend"
+
+
+def test_overrides_are_typed() -> None:
+    cfg = load_config(
+        "tiny",
+        overrides=[
+            "rollout.plays_no_hint=5",
+            "training.lora=true",
+            "store.root=s3://b/p",
+            "evaluation.suites=[humaneval, bfcl]",
+            "model.base_url=null",
+        ],
+    )
+    assert cfg.rollout.plays_no_hint == 5
+    assert cfg.training.lora is True
+    assert cfg.store.root == "s3://b/p"
+    assert cfg.evaluation.suites == ["humaneval", "bfcl"]
+    assert cfg.model.base_url is None
+
+
+def test_config_file_applies_on_top_of_preset(tmp_path: Path) -> None:
+    f = tmp_path / "mine.yaml"
+    f.write_text("rollout:\n  plays_hint: 3\n")
+    cfg = load_config("tiny", f)
+    assert cfg.rollout.plays_hint == 3
+    assert cfg.rollout.plays_no_hint == load_config("tiny").rollout.plays_no_hint
+
+
+def test_hash_is_stable_and_tracks_changes() -> None:
+    a, b = load_config("tiny"), load_config("tiny")
+    assert a.config_hash() == b.config_hash()
+    assert len(a.config_hash()) == 16
+    assert load_config("tiny", overrides=["seed=1"]).config_hash() != a.config_hash()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (["rollout.plays=3"], "unknown config key 'rollout.plays'; allowed at rollout:"),
+        (["nope=1"], "unknown config key 'nope'"),
+        (["rollout.plays_no_hint=abc"], "config key 'rollout.plays_no_hint' has bad value 'abc'"),
+        (["rollout.plays_no_hint=0"], "config key 'rollout.plays_no_hint' has bad value 0"),
+        (["model.backend=foo"], "config key 'model.backend' has bad value 'foo'; allowed: 'transformers', 'openai'"),
+        (["scoring.designer_reward=max"], "allowed: 'blend', 'regret', 'solve_rate' or 'learnability'"),
+        (["rollout.max_turns.x=1"], "config key 'rollout.max_turns' is a value, not a section"),
+        (["rollout"], "override 'rollout' must look like key.path=value"),
+    ],
+)
+def test_bad_overrides_fail_with_one_line(overrides: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", overrides=overrides)
+    assert fragment in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_preset_names_the_available_ones() -> None:
+    with pytest.raises(ConfigError, match="unknown preset 'huge'; available: gpu-1x, gpu-8x, tiny"):
+        load_config("huge")
+
+
+def test_missing_config_file() -> None:
+    with pytest.raises(ConfigError, match="config file '/nope.yaml' does not exist"):
+        load_config("tiny", "/nope.yaml")
+
+
+def test_unknown_key_in_config_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("rollout:\n  temperature: 0.3\n")
+    with pytest.raises(ConfigError, match="unknown config key 'rollout.temperature'"):
+        load_config("tiny", f)
+
+
+def test_config_file_that_is_not_a_mapping(tmp_path: Path) -> None:
+    f = tmp_path / "list.yaml"
+    f.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must hold a mapping, got list"):
+        load_config("tiny", f)
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    f = tmp_path / "broken.yaml"
+    f.write_text("rollout: [unclosed\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config("tiny", f)
