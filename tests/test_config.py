@@ -83,14 +83,14 @@ def test_unknown_preset_names_the_available_ones() -> None:
 
 
 def test_missing_config_file() -> None:
-    with pytest.raises(ConfigError, match="config file '/nope.yaml' does not exist"):
+    with pytest.raises(ConfigError, match=r"config file '/nope\.yaml' does not exist"):
         load_config("tiny", "/nope.yaml")
 
 
 def test_unknown_key_in_config_file(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text("rollout:\n  temperature: 0.3\n")
-    with pytest.raises(ConfigError, match="unknown config key 'rollout.temperature'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'rollout\.temperature'"):
         load_config("tiny", f)
 
 
