@@ -53,6 +53,15 @@ class CallResult:
         return cls(ok=False, error_type=error_type, message=message, seconds=seconds)
 
 
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc); empty when it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        return []
+
+
 class JailedProcess:
     """``host.py`` running in nsjail; call :meth:`start` then :meth:`call`, finally :meth:`close`."""
 
@@ -131,13 +140,18 @@ class JailedProcess:
         if proc is None:
             return
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+            # nsjail puts the jailed process in its own session, so a signal to nsjail's group misses it.
+            # Kill the jail's init (nsjail's child): the kernel kills its whole PID namespace, and nsjail
+            # reaps it and exits. nsjail itself is killed only if it does not exit by then.
+            for pid in _children(proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 stream.close()

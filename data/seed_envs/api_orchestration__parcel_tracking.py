@@ -8,32 +8,53 @@ import random
 
 from spade_env import ToolEnv
 
-_FIRST = ["Mara", "Theo", "Ines", "Jonas", "Priya", "Kofi", "Lena", "Ravi", "Sofia", "Tomas",
-          "Yuki", "Elif"]
-_LAST = ["Voss", "Okafor", "Lindqvist", "Moreau", "Tanaka", "Novak", "Haddad", "Ferreira",
-         "Kowalski", "Brandt"]
-_CITIES = ["Rotterdam", "Lyon", "Leipzig", "Porto", "Bologna", "Gdansk", "Aarhus", "Graz",
-           "Tampere", "Brno", "Cork", "Ghent", "Malmo", "Bilbao"]
+_FIRST = ["Mara", "Theo", "Ines", "Jonas", "Priya", "Kofi", "Lena", "Ravi", "Sofia", "Tomas", "Yuki", "Elif"]
+_LAST = ["Voss", "Okafor", "Lindqvist", "Moreau", "Tanaka", "Novak", "Haddad", "Ferreira", "Kowalski", "Brandt"]
+_CITIES = [
+    "Rotterdam",
+    "Lyon",
+    "Leipzig",
+    "Porto",
+    "Bologna",
+    "Gdansk",
+    "Aarhus",
+    "Graz",
+    "Tampere",
+    "Brno",
+    "Cork",
+    "Ghent",
+    "Malmo",
+    "Bilbao",
+]
 _STATUS = ["in transit", "at sorting hub", "out for delivery", "held at customs"]
-_GOODS = ["desk lamp", "kettle", "headphones", "backpack", "yoga mat", "blender", "monitor",
-          "bookshelf", "chess set", "rain jacket"]
+_GOODS = [
+    "desk lamp",
+    "kettle",
+    "headphones",
+    "backpack",
+    "yoga mat",
+    "blender",
+    "monitor",
+    "bookshelf",
+    "chess set",
+    "rain jacket",
+]
 
 
 class ParcelTrackingEnv(ToolEnv):
     def reset(self, seed=None):
         rng = random.Random(seed)
-        people = rng.sample([f"{f} {l}" for f in _FIRST for l in _LAST], 6)
+        people = rng.sample([f"{first} {last}" for first in _FIRST for last in _LAST], 6)
         ids = rng.sample(range(1000, 9999), 6)
-        self.customers = {p: f"C-{i}" for p, i in zip(people, ids)}
-        self.orders = {}     # customer id -> list of (order id, ISO date)
-        self.details = {}    # order id -> (item, tracking code)
-        self.tracking = {}   # tracking code -> (status, city)
+        self.customers = {p: f"C-{i}" for p, i in zip(people, ids, strict=True)}
+        self.orders = {}  # customer id -> list of (order id, ISO date)
+        self.details = {}  # order id -> (item, tracking code)
+        self.tracking = {}  # tracking code -> (status, city)
         order_ids = rng.sample(range(10000, 99999), 30)
         for cid in self.customers.values():
             days = rng.sample(range(1, 29), rng.randint(2, 4))
             # Orders are listed in a shuffled order so "most recent" needs reading the dates.
-            self.orders[cid] = [(f"O-{order_ids.pop()}", f"2024-{rng.randint(3, 9):02d}-{d:02d}")
-                                for d in days]
+            self.orders[cid] = [(f"O-{order_ids.pop()}", f"2024-{rng.randint(3, 9):02d}-{d:02d}") for d in days]
             for oid, _ in self.orders[cid]:
                 code = "TRK" + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(7))
                 self.details[oid] = (rng.choice(_GOODS), code)
@@ -102,8 +123,11 @@ class ParcelTrackingEnv(ToolEnv):
     def solution(self):
         cid = self.customers[self.name]
         code = self.details[self.latest][1]
-        calls = [("find_customer", {"name": self.name}), ("list_orders", {"customer_id": cid}),
-                 ("get_order", {"order_id": self.latest}), ("track_shipment", {"tracking_code": code})]
-        text = " ".join("<tool_call>%s</tool_call>" % json.dumps({"name": n, "arguments": a})
-                        for n, a in calls)
+        calls = [
+            ("find_customer", {"name": self.name}),
+            ("list_orders", {"customer_id": cid}),
+            ("get_order", {"order_id": self.latest}),
+            ("track_shipment", {"tracking_code": code}),
+        ]
+        text = " ".join(f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>" for n, a in calls)
         return text + f" <answer>{self.expected_answer}</answer>"

@@ -60,8 +60,9 @@ def _render(name, terms, const):
     text = ""
     for coef, parent in terms:
         part = parent if abs(coef) == 1 else f"{abs(coef)}*{parent}"
-        text += (part if not text and coef > 0 else f"-{part}" if not text else
-                 f" + {part}" if coef > 0 else f" - {part}")
+        text += (
+            part if not text and coef > 0 else f"-{part}" if not text else f" + {part}" if coef > 0 else f" - {part}"
+        )
     if const:
         text += f" + {const}" if const > 0 else f" - {-const}"
     return f"{name} = {text}"
@@ -79,8 +80,7 @@ class InterventionEffectsEnv:
         while True:
             order, roots, equations = _draw_model(rng, names)
             desc_of = {n: _descendants(n, order, equations) for n in order}
-            targets = [n for n in order if n not in roots and desc_of[n]
-                       and len(desc_of[n]) < len(order) - 1]
+            targets = [n for n in order if n not in roots and desc_of[n] and len(desc_of[n]) < len(order) - 1]
             if targets:
                 break
         self.order, self.roots, self.equations = order, roots, equations
@@ -127,8 +127,13 @@ class InterventionEffectsEnv:
         # Bounded digit runs: int() on a huge digit string raises in Python 3.11.
         nums = re.findall(r"-?\d{1,9}", content) if content is not None and len(content) <= 200 else []
         if len(nums) != 2:
-            return (f"Malformed answer. Give two integers, {self.asked[0]} first: \\boxed{{17, -3}}."
-                    ), 0.0, False, truncated, {}
+            return (
+                (f"Malformed answer. Give two integers, {self.asked[0]} first: \\boxed{{17, -3}}."),
+                0.0,
+                False,
+                truncated,
+                {},
+            )
         self.answers += 1
         guess = [int(n) for n in nums]
         if guess == self.answer:
@@ -140,8 +145,13 @@ class InterventionEffectsEnv:
         if self.answers >= _MAX_ANSWERS:
             self.done = True
             return f"Wrong: {verdict}. No answers left.", partial, True, False, {"correct": False}
-        return (f"Wrong: {verdict}. {_MAX_ANSWERS - self.answers} answer(s) left.", partial, False,
-                truncated, {"correct": False})
+        return (
+            f"Wrong: {verdict}. {_MAX_ANSWERS - self.answers} answer(s) left.",
+            partial,
+            False,
+            truncated,
+            {"correct": False},
+        )
 
     def solution(self):
-        return "\\boxed{%d, %d}" % tuple(self.answer)
+        return f"\\boxed{{{self.answer[0]}, {self.answer[1]}}}"

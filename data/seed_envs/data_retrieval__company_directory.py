@@ -8,10 +8,44 @@ import random
 
 from spade_env import ToolEnv
 
-_FIRST = ["Alma", "Bruno", "Carla", "Dmitri", "Esme", "Farid", "Greta", "Hugo", "Irene", "Jasper",
-          "Kenji", "Lucia", "Milan", "Noor", "Oskar", "Paula", "Quinn", "Rosa", "Sami", "Tilda"]
-_LAST = ["Adler", "Baker", "Castro", "Dahl", "Engel", "Fischer", "Guerra", "Holm", "Ivanova",
-         "Jensen", "Klein", "Lopez", "Meyer", "Nilsen"]
+_FIRST = [
+    "Alma",
+    "Bruno",
+    "Carla",
+    "Dmitri",
+    "Esme",
+    "Farid",
+    "Greta",
+    "Hugo",
+    "Irene",
+    "Jasper",
+    "Kenji",
+    "Lucia",
+    "Milan",
+    "Noor",
+    "Oskar",
+    "Paula",
+    "Quinn",
+    "Rosa",
+    "Sami",
+    "Tilda",
+]
+_LAST = [
+    "Adler",
+    "Baker",
+    "Castro",
+    "Dahl",
+    "Engel",
+    "Fischer",
+    "Guerra",
+    "Holm",
+    "Ivanova",
+    "Jensen",
+    "Klein",
+    "Lopez",
+    "Meyer",
+    "Nilsen",
+]
 _DEPTS = ["Finance", "Legal", "Marketing", "Research", "Logistics", "Support", "Design", "Security"]
 _TITLES = ["analyst", "engineer", "coordinator", "specialist", "associate"]
 _COLUMNS = {
@@ -23,22 +57,30 @@ _COLUMNS = {
 class CompanyDirectoryEnv(ToolEnv):
     def reset(self, seed=None):
         rng = random.Random(seed)
-        names = rng.sample([f"{f} {l}" for f in _FIRST for l in _LAST], 16)
+        names = rng.sample([f"{first} {last}" for first in _FIRST for last in _LAST], 16)
         depts = rng.sample(_DEPTS, 4)
         emp_ids = [f"E{n}" for n in rng.sample(range(100, 999), 16)]
         extensions = rng.sample(range(2000, 9999), 16)
         self.employees = []
-        for i, (eid, name) in enumerate(zip(emp_ids, names)):
-            self.employees.append({"id": eid, "name": name, "title": rng.choice(_TITLES),
-                                   "dept_id": f"D{i % 4 + 1}", "extension": str(extensions[i]),
-                                   "room": f"R-{rng.randint(1, 6)}{rng.randint(10, 49)}"})
+        for i, (eid, name) in enumerate(zip(emp_ids, names, strict=True)):
+            self.employees.append(
+                {
+                    "id": eid,
+                    "name": name,
+                    "title": rng.choice(_TITLES),
+                    "dept_id": f"D{i % 4 + 1}",
+                    "extension": str(extensions[i]),
+                    "room": f"R-{rng.randint(1, 6)}{rng.randint(10, 49)}",
+                }
+            )
         self.departments = []
         for d, dname in enumerate(depts):
             members = [e for e in self.employees if e["dept_id"] == f"D{d + 1}"]
             manager = rng.choice(members)
             manager["title"] = "manager"
-            self.departments.append({"id": f"D{d + 1}", "name": dname, "manager_id": manager["id"],
-                                     "floor": str(rng.randint(1, 9))})
+            self.departments.append(
+                {"id": f"D{d + 1}", "name": dname, "manager_id": manager["id"], "floor": str(rng.randint(1, 9))}
+            )
         # The subject is never a manager, so the question needs the full employee -> department ->
         # manager -> employee join rather than one lookup.
         managers = [d["manager_id"] for d in self.departments]
@@ -88,6 +130,5 @@ class CompanyDirectoryEnv(ToolEnv):
             {"table": "departments", "column": "id", "value": self.subject["dept_id"]},
             {"table": "employees", "column": "id", "value": self.manager["id"]},
         ]
-        text = " ".join("<tool_call>%s</tool_call>" % json.dumps({"name": "query", "arguments": a})
-                        for a in calls)
+        text = " ".join(f"<tool_call>{json.dumps({'name': 'query', 'arguments': a})}</tool_call>" for a in calls)
         return text + f" <answer>{self.expected_answer}</answer>"

@@ -9,8 +9,20 @@ import random
 from spade_env import ToolEnv
 
 _REGIONS = ["north", "south", "east", "west", "central"]
-_MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-           "october", "november", "december"]
+_MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
 _PRODUCTS = ["kettles", "toasters", "blenders", "heaters", "fans", "lamps"]
 
 
@@ -62,8 +74,7 @@ class FlakySalesApiEnv(ToolEnv):
             return f"error: api_version must be an integer, got {str(api_version)[:20]!r}"
         if version != self.version:
             self._note("version")
-            return (f"error: 410 api_version {version} is not supported; "
-                    f"retry with api_version={self.version}")
+            return f"error: 410 api_version {version} is not supported; retry with api_version={self.version}"
         region, month = str(region).strip().lower(), str(month).strip().lower()
         if region not in _REGIONS:
             return f"error: unknown region {region[:30]!r}; regions: {', '.join(_REGIONS)}"
@@ -81,8 +92,20 @@ class FlakySalesApiEnv(ToolEnv):
         return len([w for w in self.failed if w in ("auth", "version", "data")]) / 4
 
     def solution(self):
-        calls = [{"name": "get_token", "arguments": {}}, {"name": "get_token", "arguments": {}},
-                 {"name": "get_sales", "arguments": {"region": self.region, "month": self.month,
-                                                     "token": self.token, "api_version": self.version}}]
-        return " ".join("<tool_call>%s</tool_call>" % json.dumps(c) for c in calls) + \
-            f" <answer>{self.expected_answer}</answer>"
+        calls = [
+            {"name": "get_token", "arguments": {}},
+            {"name": "get_token", "arguments": {}},
+            {
+                "name": "get_sales",
+                "arguments": {
+                    "region": self.region,
+                    "month": self.month,
+                    "token": self.token,
+                    "api_version": self.version,
+                },
+            },
+        ]
+        return (
+            " ".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in calls)
+            + f" <answer>{self.expected_answer}</answer>"
+        )

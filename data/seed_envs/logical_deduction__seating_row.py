@@ -9,8 +9,24 @@ import re
 
 from spade_env import parse_boxed
 
-_NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jon", "Kim", "Lea",
-          "Max", "Nia", "Omar", "Pia"]
+_NAMES = [
+    "Ada",
+    "Ben",
+    "Cleo",
+    "Dev",
+    "Eli",
+    "Fay",
+    "Gus",
+    "Hana",
+    "Ivo",
+    "Jon",
+    "Kim",
+    "Lea",
+    "Max",
+    "Nia",
+    "Omar",
+    "Pia",
+]
 _SIZE = 6
 _MAX_ANSWERS = 3  # a hard cap on full answers keeps blind guessing among 720 orders hopeless
 
@@ -143,8 +159,16 @@ class SeatingRowEnv:
         lookup = {p.lower(): p for p in self.people}
         guess = [lookup.get(n.lower()) for n in names]
         if len(guess) != _SIZE or None in guess or len(set(guess)) != _SIZE:
-            return ("Malformed answer: list each of " + ", ".join(self.people) + " exactly once, "
-                    "seat 1 first, like \\boxed{" + ", ".join(self.people) + "}."), 0.0, False, truncated, {}
+            return (
+                (
+                    "Malformed answer: list each of " + ", ".join(self.people) + " exactly once, "
+                    "seat 1 first, like \\boxed{" + ", ".join(self.people) + "}."
+                ),
+                0.0,
+                False,
+                truncated,
+                {},
+            )
         self.answers += 1
         if guess == self.order:
             self.done = True
@@ -155,10 +179,14 @@ class SeatingRowEnv:
         left = _MAX_ANSWERS - self.answers
         if left <= 0:
             self.done = True
-            return (f"Wrong; it breaks clue(s) {', '.join(broken) or 'none'}. No answers left."
-                    ), partial, True, False, {"correct": False}
-        msg = (f"Wrong. Your seating breaks clue(s) {', '.join(broken)}." if broken else
-               "Wrong.")
+            return (
+                (f"Wrong; it breaks clue(s) {', '.join(broken) or 'none'}. No answers left."),
+                partial,
+                True,
+                False,
+                {"correct": False},
+            )
+        msg = f"Wrong. Your seating breaks clue(s) {', '.join(broken)}." if broken else "Wrong."
         return msg + f" {left} answer(s) left.", partial, False, truncated, {"correct": False}
 
     def solution(self):

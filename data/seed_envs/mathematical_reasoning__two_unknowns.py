@@ -13,14 +13,39 @@ from spade_env import parse_boxed
 # {a}, {b}), the first kind, the second kind, the noun for the count, the unit of the total, and
 # whether the per-item weights are fixed by nature (legs) or drawn at random.
 _STORIES = [
-    ("A cinema sold {n} tickets for a total of {t} dollars. An adult ticket costs {a} dollars and a "
-     "child ticket costs {b} dollars.", "adult tickets", "child tickets", "tickets", "dollars", None),
-    ("A farmyard holds {n} animals, all of them chickens (2 legs) or sheep (4 legs). Together they "
-     "have {t} legs.", "chickens", "sheep", "animals", "legs", (2, 4)),
-    ("A bakery sold {n} pastries and earned {t} coins. A croissant costs {a} coins and a muffin "
-     "costs {b} coins.", "croissants", "muffins", "pastries", "coins", None),
-    ("A jar holds {n} coins, each worth either {a} cents or {b} cents. The jar is worth {t} cents "
-     "in total.", "{a}-cent coins", "{b}-cent coins", "coins", "cents", None),
+    (
+        "A cinema sold {n} tickets for a total of {t} dollars. An adult ticket costs {a} dollars and a "
+        "child ticket costs {b} dollars.",
+        "adult tickets",
+        "child tickets",
+        "tickets",
+        "dollars",
+        None,
+    ),
+    (
+        "A farmyard holds {n} animals, all of them chickens (2 legs) or sheep (4 legs). Together they have {t} legs.",
+        "chickens",
+        "sheep",
+        "animals",
+        "legs",
+        (2, 4),
+    ),
+    (
+        "A bakery sold {n} pastries and earned {t} coins. A croissant costs {a} coins and a muffin costs {b} coins.",
+        "croissants",
+        "muffins",
+        "pastries",
+        "coins",
+        None,
+    ),
+    (
+        "A jar holds {n} coins, each worth either {a} cents or {b} cents. The jar is worth {t} cents in total.",
+        "{a}-cent coins",
+        "{b}-cent coins",
+        "coins",
+        "cents",
+        None,
+    ),
 ]
 
 
@@ -65,8 +90,16 @@ class TwoUnknownsEnv:
         # Bounded digit runs: int() on a huge digit string raises in Python 3.11.
         nums = re.findall(r"-?\d{1,9}", content) if content is not None and len(content) <= 200 else []
         if len(nums) != 2:
-            return (f"Malformed answer. End your reply with \\boxed{{<number of {self.first}>, "
-                    f"<number of {self.second}>}}, e.g. \\boxed{{12, 7}}."), 0.0, False, truncated, {}
+            return (
+                (
+                    f"Malformed answer. End your reply with \\boxed{{<number of {self.first}>, "
+                    f"<number of {self.second}>}}, e.g. \\boxed{{12, 7}}."
+                ),
+                0.0,
+                False,
+                truncated,
+                {},
+            )
         gx, gy = int(nums[0]), int(nums[1])
         if (gx, gy) == (self.x, self.y):
             self.done = True
@@ -74,10 +107,12 @@ class TwoUnknownsEnv:
         # Partial credit per correct count; feedback recomputes both totals so the agent can check
         # its own algebra rather than being told the answer.
         partial = 0.2 * ((gx == self.x) + (gy == self.y))
-        obs = (f"Not correct. {gx} {self.first} and {gy} {self.second} would make {gx + gy} {self.noun} "
-               f"and {self.a * gx + self.b * gy} {self.unit}, but the story says {self.n} {self.noun} "
-               f"and {self.t} {self.unit}. Try again.")
+        obs = (
+            f"Not correct. {gx} {self.first} and {gy} {self.second} would make {gx + gy} {self.noun} "
+            f"and {self.a * gx + self.b * gy} {self.unit}, but the story says {self.n} {self.noun} "
+            f"and {self.t} {self.unit}. Try again."
+        )
         return obs, partial, False, truncated, {"correct": False}
 
     def solution(self):
-        return "\\boxed{%d, %d}" % (self.x, self.y)
+        return f"\\boxed{{{self.x}, {self.y}}}"

@@ -9,9 +9,18 @@ import random
 from spade_env import ToolEnv
 
 _SERVICES = ["billing", "search", "checkout", "inventory", "notifications", "auth"]
-_MESSAGES = ["fix rounding in totals", "add retry to client", "bump dependencies", "improve logging",
-             "refactor config loader", "speed up cache warmup", "handle empty payloads",
-             "update translations", "tighten input validation", "remove dead code"]
+_MESSAGES = [
+    "fix rounding in totals",
+    "add retry to client",
+    "bump dependencies",
+    "improve logging",
+    "refactor config loader",
+    "speed up cache warmup",
+    "handle empty payloads",
+    "update translations",
+    "tighten input validation",
+    "remove dead code",
+]
 _HEX = "0123456789abcdef"
 
 
@@ -35,8 +44,14 @@ class ReleasePipelineEnv(ToolEnv):
         self.commits, taken = [], []
         for i in range(6):
             branch = self.branch if i in (1, 3, 4) else rng.choice([self.branch, "feature/ui", "hotfix/login"])
-            self.commits.append({"id": _code(rng, "", 7, taken), "branch": branch,
-                                 "message": rng.choice(_MESSAGES), "age_hours": 2 * i + rng.randint(1, 2)})
+            self.commits.append(
+                {
+                    "id": _code(rng, "", 7, taken),
+                    "branch": branch,
+                    "message": rng.choice(_MESSAGES),
+                    "age_hours": 2 * i + rng.randint(1, 2),
+                }
+            )
         self.target = next(c["id"] for c in self.commits if c["branch"] == self.branch)
         # Each commit's pipeline identifiers are fixed up front so the same calls always give the
         # same ids, but they are only revealed as the agent performs the steps in order.
@@ -51,8 +66,8 @@ class ReleasePipelineEnv(ToolEnv):
             "1. build(commit_id) builds a commit and returns an artifact id.\n"
             "2. run_tests(artifact_id) tests a built artifact and returns a test report id.\n"
             "3. request_approval(report_id, ticket) returns an approval code for a passing report.\n"
-            "4. deploy(artifact_id, environment, approval_code) deploys; environment is \"staging\" "
-            "or \"production\", and production needs the approval code of that artifact.\n"
+            '4. deploy(artifact_id, environment, approval_code) deploys; environment is "staging" '
+            'or "production", and production needs the approval code of that artifact.\n'
             "Use list_commits() to see the recent commits (id, branch, age). Call one tool per "
             "turn, for example:\n"
             '<tool_call>{"name": "list_commits", "arguments": {}}</tool_call>\n'
@@ -63,8 +78,9 @@ class ReleasePipelineEnv(ToolEnv):
 
     def tool_list_commits(self) -> str:
         """List recent commits of the service, newest first: id, branch, age and message."""
-        return "\n".join(f"{c['id']}  branch={c['branch']}  {c['age_hours']}h ago  \"{c['message']}\""
-                         for c in self.commits)
+        return "\n".join(
+            f'{c["id"]}  branch={c["branch"]}  {c["age_hours"]}h ago  "{c["message"]}"' for c in self.commits
+        )
 
     def tool_build(self, commit_id: str) -> str:
         """Build one commit; returns the artifact id."""
@@ -101,7 +117,7 @@ class ReleasePipelineEnv(ToolEnv):
         """Deploy a built artifact to "staging" or "production" (production needs its approval code)."""
         art, env = str(artifact_id).strip().lower(), str(environment).strip().lower()
         if env not in self.deployed:
-            return "error: environment must be \"staging\" or \"production\""
+            return 'error: environment must be "staging" or "production"'
         if art not in self.built:
             return f"error: artifact {art[:20]!r} has not been built"
         if env == "production":
@@ -122,9 +138,13 @@ class ReleasePipelineEnv(ToolEnv):
     def solution(self):
         art = self.artifact[self.target]
         rep = self.report[art]
-        calls = [{"name": "build", "arguments": {"commit_id": self.target}},
-                 {"name": "run_tests", "arguments": {"artifact_id": art}},
-                 {"name": "request_approval", "arguments": {"report_id": rep, "ticket": self.ticket}},
-                 {"name": "deploy", "arguments": {"artifact_id": art, "environment": "production",
-                                                  "approval_code": self.approval[rep]}}]
-        return " ".join("<tool_call>%s</tool_call>" % json.dumps(c) for c in calls) + " <answer>done</answer>"
+        calls = [
+            {"name": "build", "arguments": {"commit_id": self.target}},
+            {"name": "run_tests", "arguments": {"artifact_id": art}},
+            {"name": "request_approval", "arguments": {"report_id": rep, "ticket": self.ticket}},
+            {
+                "name": "deploy",
+                "arguments": {"artifact_id": art, "environment": "production", "approval_code": self.approval[rep]},
+            },
+        ]
+        return " ".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in calls) + " <answer>done</answer>"

@@ -8,8 +8,24 @@ import re
 
 from spade_env import parse_boxed
 
-_ITEMS = ["tent", "stove", "rope", "lantern", "camera", "novel", "blanket", "compass", "kettle",
-          "binoculars", "hammock", "radio", "map", "flask", "axe", "tarp"]
+_ITEMS = [
+    "tent",
+    "stove",
+    "rope",
+    "lantern",
+    "camera",
+    "novel",
+    "blanket",
+    "compass",
+    "kettle",
+    "binoculars",
+    "hammock",
+    "radio",
+    "map",
+    "flask",
+    "axe",
+    "tarp",
+]
 _COUNT = 9
 _MAX_SUBMISSIONS = 4  # 512 possible packings: a handful of blind tries essentially never hits the best
 
@@ -63,15 +79,22 @@ class BackpackPackingEnv:
         unknown = [w for w in words if w not in lookup]
         if content is None or len(content) > 500 or not words or unknown or len(set(words)) != len(words):
             hint = f" Unknown item(s): {', '.join(unknown[:5])[:200]}." if unknown else ""
-            return ("Malformed packing: list distinct item names from the table, separated by commas, "
-                    f"e.g. \\boxed{{{self.items[0][0]}, {self.items[1][0]}}}.{hint}"), 0.0, False, truncated, {}
+            return (
+                (
+                    "Malformed packing: list distinct item names from the table, separated by commas, "
+                    f"e.g. \\boxed{{{self.items[0][0]}, {self.items[1][0]}}}.{hint}"
+                ),
+                0.0,
+                False,
+                truncated,
+                {},
+            )
         self.submissions += 1
         weight = sum(lookup[w][0] for w in words)
         value = sum(lookup[w][1] for w in words)
         if weight <= self.capacity and value == self.best_value:
             self.done = True
-            return (f"Optimal! Weight {weight} kg, value {value}.", 1.0, True, False,
-                    {"value": value, "optimal": True})
+            return (f"Optimal! Weight {weight} kg, value {value}.", 1.0, True, False, {"value": value, "optimal": True})
         if weight > self.capacity:
             verdict, partial = f"too heavy ({weight} kg > {self.capacity} kg)", 0.0
         else:
@@ -81,8 +104,7 @@ class BackpackPackingEnv:
         if left <= 0:
             self.done = True
             return f"Not optimal: {verdict}. No submissions left.", partial, True, False, {"value": value}
-        return (f"Not optimal: {verdict}. {left} submission(s) left.", partial, False, truncated,
-                {"value": value})
+        return (f"Not optimal: {verdict}. {left} submission(s) left.", partial, False, truncated, {"value": value})
 
     def solution(self):
         return "\\boxed{" + ", ".join(self.best) + "}"

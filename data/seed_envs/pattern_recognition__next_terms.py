@@ -13,14 +13,13 @@ _MAX_ANSWERS = 4
 
 def _make_sequence(rng, length):
     """(terms, rule description) for one of several rule families, drawn from ``rng``."""
-    family = rng.choice(["arithmetic", "geometric", "quadratic", "fibonacci", "interleaved",
-                         "double_plus", "squares"])
+    family = rng.choice(["arithmetic", "geometric", "quadratic", "fibonacci", "interleaved", "double_plus", "squares"])
     if family == "arithmetic":
         a, d = rng.randint(-20, 40), rng.choice([v for v in range(-9, 13) if v != 0])
         return [a + d * i for i in range(length)], f"add {d:+d} each time"
     if family == "geometric":
         a, r = rng.randint(1, 6), rng.choice([2, 3, -2])
-        return [a * r ** i for i in range(length)], f"multiply by {r} each time"
+        return [a * r**i for i in range(length)], f"multiply by {r} each time"
     if family == "quadratic":
         # Differences grow by a constant step: the second differences are constant.
         a, d, s = rng.randint(-5, 20), rng.randint(-3, 6), rng.randint(1, 4)
@@ -37,8 +36,10 @@ def _make_sequence(rng, length):
         # Two arithmetic sequences take turns: odd positions follow one, even positions the other.
         a, d = rng.randint(0, 30), rng.choice([v for v in range(-6, 8) if v != 0])
         b, e = rng.randint(0, 30), rng.choice([v for v in range(-6, 8) if v != 0 and v != d])
-        return ([a + d * (i // 2) if i % 2 == 0 else b + e * (i // 2) for i in range(length)],
-                f"two interleaved sequences, steps {d:+d} and {e:+d}")
+        return (
+            [a + d * (i // 2) if i % 2 == 0 else b + e * (i // 2) for i in range(length)],
+            f"two interleaved sequences, steps {d:+d} and {e:+d}",
+        )
     if family == "double_plus":
         a, c = rng.randint(1, 9), rng.choice([v for v in range(-3, 6) if v != 0])
         terms = [a]
@@ -81,8 +82,16 @@ class NextTermsEnv:
         # Bounded digit runs: int() on a huge digit string raises in Python 3.11.
         nums = re.findall(r"-?\d{1,12}", content) if content is not None and len(content) <= 200 else []
         if len(nums) != 2:
-            return ("Malformed answer. Give exactly two integers: \\boxed{<next term>, <term after "
-                    "that>}, e.g. \\boxed{42, -7}."), 0.0, False, truncated, {}
+            return (
+                (
+                    "Malformed answer. Give exactly two integers: \\boxed{<next term>, <term after "
+                    "that>}, e.g. \\boxed{42, -7}."
+                ),
+                0.0,
+                False,
+                truncated,
+                {},
+            )
         self.answers += 1
         guess = [int(n) for n in nums]
         if guess == self.answer:
@@ -90,14 +99,23 @@ class NextTermsEnv:
             return f"Correct! The rule: {self.rule}.", 1.0, True, False, {"correct": True}
         right = [guess[i] == self.answer[i] for i in range(2)]
         partial = 0.25 * sum(right)
-        verdict = ("the first term is right but the second is wrong" if right[0] else
-                   "the second term is right but the first is wrong" if right[1] else
-                   "both terms are wrong")
+        verdict = (
+            "the first term is right but the second is wrong"
+            if right[0]
+            else "the second term is right but the first is wrong"
+            if right[1]
+            else "both terms are wrong"
+        )
         if self.answers >= _MAX_ANSWERS:
             self.done = True
             return f"Wrong: {verdict}. No answers left.", partial, True, False, {"correct": False}
-        return (f"Wrong: {verdict}. {_MAX_ANSWERS - self.answers} answer(s) left.", partial, False,
-                truncated, {"correct": False})
+        return (
+            f"Wrong: {verdict}. {_MAX_ANSWERS - self.answers} answer(s) left.",
+            partial,
+            False,
+            truncated,
+            {"correct": False},
+        )
 
     def solution(self):
-        return "\\boxed{%d, %d}" % tuple(self.answer)
+        return f"\\boxed{{{self.answer[0]}, {self.answer[1]}}}"

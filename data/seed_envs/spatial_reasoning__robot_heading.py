@@ -30,8 +30,10 @@ def _shortest(walls, start, heading, goal):
                 program.append(cmd)
             return "".join(reversed(program))
         dr, dc = _DELTA[h]
-        turns = [("L", (r, c, _HEADINGS[(_HEADINGS.index(h) - 1) % 4])),
-                 ("R", (r, c, _HEADINGS[(_HEADINGS.index(h) + 1) % 4]))]
+        turns = [
+            ("L", (r, c, _HEADINGS[(_HEADINGS.index(h) - 1) % 4])),
+            ("R", (r, c, _HEADINGS[(_HEADINGS.index(h) + 1) % 4])),
+        ]
         nr, nc = r + dr, c + dc
         if 0 <= nr < _SIZE and 0 <= nc < _SIZE and (nr, nc) not in walls:
             turns.append(("F", (nr, nc, h)))
@@ -112,8 +114,13 @@ class RobotHeadingEnv:
         content = parse_boxed(action)
         program = "".join(content.split()).replace(",", "").upper() if content is not None else ""
         if not program or len(program) > _MAX_COMMANDS or any(ch not in "FLR" for ch in program):
-            return ("Invalid program. Use only the letters F, L and R (at most "
-                    f"{_MAX_COMMANDS}), e.g. \\boxed{{FFRF}}."), 0.0, False, truncated, {}
+            return (
+                (f"Invalid program. Use only the letters F, L and R (at most {_MAX_COMMANDS}), e.g. \\boxed{{FFRF}}."),
+                0.0,
+                False,
+                truncated,
+                {},
+            )
         note = ""
         for i, cmd in enumerate(program):
             idx = _HEADINGS.index(self.heading)
@@ -133,8 +140,10 @@ class RobotHeadingEnv:
                 return "The robot reached G. Success!", 1.0, True, False, {"reached": True}
         # Partial reward: how much of the initial shortest plan has been covered (always < 0.5 here).
         progress = max(0.0, 1.0 - self._distance() / len(self.program))
-        obs = (f"The robot is now at row {self.pos[0] + 1}, column {self.pos[1] + 1}, facing "
-               f"{self._facing()}.{note}\n{self._render()}")
+        obs = (
+            f"The robot is now at row {self.pos[0] + 1}, column {self.pos[1] + 1}, facing "
+            f"{self._facing()}.{note}\n{self._render()}"
+        )
         return obs, 0.5 * progress, False, truncated, {"reached": False}
 
     def solution(self):

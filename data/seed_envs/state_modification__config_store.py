@@ -8,12 +8,19 @@ import random
 
 from spade_env import ToolEnv
 
-_NUMERIC = ["cache.size_mb", "db.pool_size", "db.timeout_s", "http.max_connections",
-            "queue.batch_size", "worker.threads", "upload.max_mb", "session.ttl_min"]
+_NUMERIC = [
+    "cache.size_mb",
+    "db.pool_size",
+    "db.timeout_s",
+    "http.max_connections",
+    "queue.batch_size",
+    "worker.threads",
+    "upload.max_mb",
+    "session.ttl_min",
+]
 _LEVELS = ["debug", "info", "warning", "error"]
 _REGIONS = ["eu-west", "eu-north", "us-east", "us-west", "ap-south", "ap-east"]
-_LEGACY = ["legacy.xml_export", "legacy.v1_routes", "legacy.old_auth", "legacy.ftp_sync",
-           "legacy.soap_api"]
+_LEGACY = ["legacy.xml_export", "legacy.v1_routes", "legacy.old_auth", "legacy.ftp_sync", "legacy.soap_api"]
 
 
 class ConfigStoreEnv(ToolEnv):
@@ -36,19 +43,19 @@ class ConfigStoreEnv(ToolEnv):
         self.original = dict(self.store)
         # Three edits whose target values are only knowable by reading the store first.
         double_key = rng.choice(numeric)
-        copy_key, source_key = rng.choice([("log.level", "log.default_level"),
-                                           ("deploy.region", "deploy.backup_region")])
-        self.goal = {double_key: str(2 * int(self.store[double_key])),
-                     copy_key: self.store[source_key]}
+        copy_key, source_key = rng.choice(
+            [("log.level", "log.default_level"), ("deploy.region", "deploy.backup_region")]
+        )
+        self.goal = {double_key: str(2 * int(self.store[double_key])), copy_key: self.store[source_key]}
         self.to_delete = legacy
         obs = (
             "You administer a configuration store (string keys and string values). Apply this "
             "change request:\n"
             f"1. Double the current value of {double_key}.\n"
             f"2. Set {copy_key} to the current value of {source_key}.\n"
-            "3. Delete every key whose name starts with \"legacy.\".\n"
+            '3. Delete every key whose name starts with "legacy.".\n'
             "Do not change or delete any other key. Tools (the store is only visible through them):\n"
-            "- list_keys(prefix): key names starting with prefix (\"\" lists all)\n"
+            '- list_keys(prefix): key names starting with prefix ("" lists all)\n'
             "- get(key): the value of a key\n"
             "- set(key, value): set a key to a value\n"
             "- delete(key): remove a key\n"
@@ -107,4 +114,4 @@ class ConfigStoreEnv(ToolEnv):
     def solution(self):
         calls = [{"name": "set", "arguments": {"key": k, "value": v}} for k, v in self.goal.items()]
         calls += [{"name": "delete", "arguments": {"key": k}} for k in self.to_delete]
-        return " ".join("<tool_call>%s</tool_call>" % json.dumps(c) for c in calls) + " <answer>done</answer>"
+        return " ".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in calls) + " <answer>done</answer>"

@@ -10,11 +10,21 @@ import random
 from spade_env import ToolEnv
 
 _TICKERS = ["NVRA", "KLMX", "ORBT", "ZENO", "PLSR", "QUAD", "HELI", "FJRD"]
-_CURRENCIES = {"EUR": (8800, 9500), "GBP": (7500, 8200), "CHF": (8400, 9200), "CAD": (13000, 14200),
-               "SEK": (98000, 112000), "JPY": (1380000, 1620000)}  # ten-thousandths per 1 USD
+_CURRENCIES = {
+    "EUR": (8800, 9500),
+    "GBP": (7500, 8200),
+    "CHF": (8400, 9200),
+    "CAD": (13000, 14200),
+    "SEK": (98000, 112000),
+    "JPY": (1380000, 1620000),
+}  # ten-thousandths per 1 USD
 _CITIES = ["Oslo", "Lima", "Cairo", "Perth", "Quito", "Dakar"]
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-        ast.Div: lambda a, b: a / b}
+_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
 
 
 def _arith(node):
@@ -43,7 +53,7 @@ class HoldingValueEnv(ToolEnv):
             self.currency = rng.choice(list(_CURRENCIES))
             self.shares = rng.randint(3, 250)
             exact = self.shares * self.prices[self.ticker] * self.rates[self.currency]  # 1e-6 units
-            whole, frac = divmod(exact, 10 ** 6)
+            whole, frac = divmod(exact, 10**6)
             if abs(frac - 500000) > 50000:
                 break
         self.expected_answer = str(whole + (frac > 500000))
@@ -54,7 +64,7 @@ class HoldingValueEnv(ToolEnv):
             "You have these tools; only some of them are useful for this question:\n"
             "- get_stock_price(ticker): today's share price in USD\n"
             "- get_exchange_rate(base, quote): how many units of quote one unit of base buys\n"
-            "- calculator(expression): evaluates + - * / arithmetic, e.g. \"12.5 * 3\"\n"
+            '- calculator(expression): evaluates + - * / arithmetic, e.g. "12.5 * 3"\n'
             "- get_weather(city): today's weather\n"
             "- get_company_news(ticker): the latest headline about a company\n"
             "- translate(text, language): translates a short text\n"
@@ -135,7 +145,11 @@ class HoldingValueEnv(ToolEnv):
         return f"{city}: {seed % 24:02d}:{seed * 7 % 60:02d}"
 
     def solution(self):
-        calls = [{"name": "get_stock_price", "arguments": {"ticker": self.ticker}},
-                 {"name": "get_exchange_rate", "arguments": {"base": "USD", "quote": self.currency}}]
-        return " ".join("<tool_call>%s</tool_call>" % json.dumps(c) for c in calls) + \
-            f" <answer>{self.expected_answer}</answer>"
+        calls = [
+            {"name": "get_stock_price", "arguments": {"ticker": self.ticker}},
+            {"name": "get_exchange_rate", "arguments": {"base": "USD", "quote": self.currency}},
+        ]
+        return (
+            " ".join(f"<tool_call>{json.dumps(c)}</tool_call>" for c in calls)
+            + f" <answer>{self.expected_answer}</answer>"
+        )
