@@ -2,7 +2,7 @@
 
     from spade_core.envs.gym import register
     register()
-    env = gymnasium.make("spade/Jailed-v0", path="data/seed_envs/logical_deduction__knights.py")
+    env = gymnasium.make("spade/Jailed-v0", path="data/seed_envs/logical_deduction__seating_row.py")
 
 Unlike the pipeline (which records failures as rows), a Gymnasium user expects exceptions: a failing
 call raises :class:`JailedEnvError` carrying the sandbox's ``error_type``.
