@@ -6,8 +6,8 @@ from __future__ import annotations
 from textwrap import dedent
 
 import pytest
-
 from conftest import FIXTURES
+
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, ValidationConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
@@ -82,20 +82,39 @@ def test_baseline_env_is_valid() -> None:
         (make_env(reset='return "guess"'), "reset_types", "contract_error", "a str ('guess')"),
         (make_env(step='return "x", 1.5, False, False, {}'), "step_accepts_any_string", "contract_error", "1.5"),
         (make_env(step='return "x", 0.0, "no", False, {}'), "step_accepts_any_string", "contract_error", "'no'"),
-        (make_env(step='raise ValueError("bad action " + action[:5])'), "step_accepts_any_string", "exception",
-         "ValueError in step"),
-        (make_env(reset='return "guess %f" % random.random(), {}'), "deterministic_reset", "nondeterministic",
-         "seed 0 gave 'guess"),
-        (make_env(step='return "no", 0.0, False, False, {}'), "ends_within_max_turns", "contract_error",
-         "max_turns=8"),
+        (
+            make_env(step='raise ValueError("bad action " + action[:5])'),
+            "step_accepts_any_string",
+            "exception",
+            "ValueError in step",
+        ),
+        (
+            make_env(reset='return "guess %f" % random.random(), {}'),
+            "deterministic_reset",
+            "nondeterministic",
+            "seed 0 gave 'guess",
+        ),
+        (make_env(step='return "no", 0.0, False, False, {}'), "ends_within_max_turns", "contract_error", "max_turns=8"),
         (make_env(solution='return "\\\\boxed{1}"'), "solution_reaches_goal", "unsolvable", "reward 0.0"),
         (make_env(solution="return str(self.secret)"), "solution_reaches_goal", "contract_error", "no \\boxed{}"),
         (make_env(solution="return 5"), "solution_reaches_goal", "contract_error", "solution() returned int"),
         (make_env(step='return "win", 1.0, True, False, {}'), "not_trivial", "trivial", "empty actions"),
     ],
-    ids=["syntax", "no-class", "two-classes", "reset-not-tuple", "reward-out-of-range", "flag-not-bool",
-         "step-raises", "nondeterministic", "never-ends", "wrong-solution", "solution-not-actions",
-         "solution-not-str", "free-win"],
+    ids=[
+        "syntax",
+        "no-class",
+        "two-classes",
+        "reset-not-tuple",
+        "reward-out-of-range",
+        "flag-not-bool",
+        "step-raises",
+        "nondeterministic",
+        "never-ends",
+        "wrong-solution",
+        "solution-not-actions",
+        "solution-not-str",
+        "free-win",
+    ],
 )
 def test_each_check_names_the_actual_value(code: str, check: str, error_type: str, shown: str) -> None:
     result = validate_code(code, FAST)
