@@ -101,6 +101,14 @@ def split_actions(solution):
     return actions
 
 
+def _json_type(annotation):
+    """JSON schema type of a parameter annotation (a type, or a string under postponed annotations)."""
+    if isinstance(annotation, str):
+        name = annotation.split("[")[0].strip()
+        return next((v for k, v in _JSON_TYPES.items() if k.__name__ == name), "string")
+    return _JSON_TYPES.get(getattr(annotation, "__origin__", annotation), "string")
+
+
 def tool_methods(cls):
     """The ``tool_*`` methods of an environment class, by tool name."""
     return {
@@ -118,8 +126,7 @@ def tool_schemas(cls):
         for pname, p in list(inspect.signature(fn).parameters.items())[1:]:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 continue
-            ann = p.annotation if p.annotation is not p.empty else None
-            params[pname] = {"type": _JSON_TYPES.get(ann, "string")}
+            params[pname] = {"type": _json_type(p.annotation)}
             if p.default is p.empty:
                 required.append(pname)
         doc = inspect.getdoc(fn) or ""
