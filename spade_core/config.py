@@ -73,6 +73,10 @@ class ModelConfig(_Section):
     batch_size: int = Field(32, gt=0, description="Max sequences per batched generate call.")
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout (openai/vllm).")
     max_retries: int = Field(3, ge=0, description="Retries with backoff on transient model errors.")
+    server_command: list[str] | None = Field(
+        None, description="backend=vllm: server launch template with {model} {host} {port} {dtype} "
+        "(None = vllm serve; any OpenAI-compatible server can stand in)."
+    )
 
 
 class DesignerConfig(_Section):

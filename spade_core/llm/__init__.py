@@ -1,0 +1,24 @@
+"""Generation backends behind one protocol (DESIGN.md §8): transformers (default), openai, vllm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spade_core.llm.base import Completion, GenerationRequest, Generator, ModelError, SamplingParams
+
+__all__ = ["Completion", "GenerationRequest", "Generator", "ModelError", "SamplingParams", "make_generator"]
+
+
+def make_generator(model_cfg: Any) -> Generator:
+    """The configured backend; heavy imports happen only for the one chosen."""
+    if model_cfg.backend == "transformers":
+        from spade_core.llm.hf import TransformersGenerator
+
+        return TransformersGenerator.from_config(model_cfg)
+    if model_cfg.backend == "openai":
+        from spade_core.llm.openai_api import OpenAIGenerator
+
+        return OpenAIGenerator.from_config(model_cfg)
+    from spade_core.llm.vllm_server import VLLMGenerator
+
+    return VLLMGenerator(model_cfg)

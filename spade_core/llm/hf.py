@@ -60,10 +60,10 @@ class TransformersGenerator:
         self.model_ref = name_or_path if name_or_path != "embedded" else "embedded:smollm2-135m-instruct"
         try:
             self.tokenizer = load_tokenizer(path)
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
+            model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
         except (OSError, ValueError) as exc:
             raise ModelError(f"cannot load model {name_or_path!r}: {str(exc).splitlines()[0]}") from None
-        self.model.to(self.device).eval()
+        self.model: Any = model.to(self.device).eval()
         self.path = path
         self._torch = torch
 

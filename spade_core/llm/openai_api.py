@@ -1,0 +1,105 @@
+"""The ``openai`` backend: any OpenAI-compatible chat server (``vllm serve``, SGLang, llama.cpp,
+``transformers serve``, or a hosted model).
+
+Requests in a batch go out concurrently so the server can batch them. Transient failures (connection,
+timeout, 429, 5xx) are retried with exponential backoff; a refusal (other 4xx) or exhausted retries is
+recorded on that request's ``Completion.error`` — one bad request never fails the batch. The API key is
+read from the variable named by ``model.api_key_env`` and never stored.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams
+
+MAX_CONCURRENCY = 64
+
+
+class OpenAIGenerator:
+    supports_token_prompts = False
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
+                 max_retries: int = 3, check: bool = True) -> None:
+        import openai
+
+        if not base_url or not base_url.startswith(("http://", "https://")):
+            raise ModelError(f"model.base_url {base_url!r} must be an http(s) URL of an OpenAI-compatible server")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.model_ref = f"openai:{model}"
+        self.max_retries = max_retries
+        self._openai = openai
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "unused", timeout=timeout_s,
+                                    max_retries=0)
+        if check:
+            self.check()
+
+    @classmethod
+    def from_config(cls, model_cfg: Any) -> OpenAIGenerator:
+        if not model_cfg.base_url:
+            raise ModelError("model.backend 'openai' needs model.base_url (e.g. http://127.0.0.1:8000/v1)")
+        return cls(model_cfg.base_url, model_cfg.name_or_path, os.environ.get(model_cfg.api_key_env),
+                   model_cfg.request_timeout_s, model_cfg.max_retries)
+
+    def check(self) -> None:
+        """Fail at once, with one line, when the server cannot be reached."""
+        try:
+            self.client.with_options(timeout=10.0).models.list()
+        except self._openai.APIConnectionError:
+            raise ModelError(f"cannot reach the OpenAI-compatible server at {self.base_url}") from None
+        except self._openai.APIStatusError as exc:
+            if exc.status_code in (401, 403):
+                raise ModelError(f"server at {self.base_url} refused the API key ({exc.status_code})") from None
+
+    def _transient(self, exc: Exception) -> bool:
+        o = self._openai
+        if isinstance(exc, (o.APIConnectionError, o.APITimeoutError, o.RateLimitError, o.InternalServerError)):
+            return True
+        return isinstance(exc, o.APIStatusError) and exc.status_code >= 500
+
+    def _one(self, request: GenerationRequest, params: SamplingParams) -> Completion:
+        kwargs: dict[str, Any] = {
+            "model": self.model, "messages": request.messages, "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature, "top_p": params.top_p,
+        }
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if params.logprobs:
+            kwargs["logprobs"] = True
+        if request.tools:
+            kwargs["tools"] = request.tools
+        delay = 0.5
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = self.client.chat.completions.create(**kwargs)
+                break
+            except Exception as exc:  # classified below: transient → retry, else recorded as data
+                if not self._transient(exc) or attempt == self.max_retries:
+                    status = getattr(exc, "status_code", None)
+                    what = f"HTTP {status}" if status else type(exc).__name__
+                    return Completion(text="", finish_reason="error", error=f"{what}: {str(exc)[:300]}")
+                time.sleep(delay)
+                delay *= 2
+        choice = response.choices[0]
+        logprobs = None
+        if params.logprobs and choice.logprobs is not None and choice.logprobs.content:
+            logprobs = [float(t.logprob) for t in choice.logprobs.content]
+        usage = getattr(response, "usage", None)
+        return Completion(text=choice.message.content or "", logprobs=logprobs,
+                          finish_reason="length" if choice.finish_reason == "length" else "stop",
+                          prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0))
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        if len(requests) <= 1:
+            return [self._one(r, params) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(len(requests), MAX_CONCURRENCY)) as pool:
+            return list(pool.map(lambda r: self._one(r, params), requests))
+
+    def close(self) -> None:
+        self.client.close()
