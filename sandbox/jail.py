@@ -154,7 +154,8 @@ class JailedProcess:
                 proc.wait(timeout=5)
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):  # unflushed bytes to a dead jail: BrokenPipeError
+                    stream.close()
         if self._drain is not None:
             self._drain.join(timeout=2)
         if proc.stderr is not None:

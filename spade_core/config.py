@@ -74,8 +74,9 @@ class ModelConfig(_Section):
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout (openai/vllm).")
     max_retries: int = Field(3, ge=0, description="Retries with backoff on transient model errors.")
     server_command: list[str] | None = Field(
-        None, description="backend=vllm: server launch template with {model} {host} {port} {dtype} "
-        "(None = vllm serve; any OpenAI-compatible server can stand in)."
+        None,
+        description="backend=vllm: server launch template with {model} {host} {port} {dtype} "
+        "(None = vllm serve; any OpenAI-compatible server can stand in).",
     )
 
 
@@ -113,6 +114,9 @@ class RolloutConfig(_Section):
     max_context_tokens: int = Field(4096, gt=0, description="Conversation token limit.")
     hint_max_words: int = Field(100, gt=0, description="Hint length limit [100 words].")
     replay_envs: int = Field(0, ge=0, description="Memory envs replayed per generation (PLR-style; 0 = paper).")
+    jail_time_limit_s: int = Field(
+        3600, gt=0, description="Wall-clock limit of one episode's jail (it idles while the model generates)."
+    )
 
 
 class ScoringConfig(_Section):

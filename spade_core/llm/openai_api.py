@@ -22,8 +22,15 @@ MAX_CONCURRENCY = 64
 class OpenAIGenerator:
     supports_token_prompts = False
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 120.0,
-                 max_retries: int = 3, check: bool = True) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        check: bool = True,
+    ) -> None:
         import openai
 
         if not base_url or not base_url.startswith(("http://", "https://")):
@@ -33,8 +40,9 @@ class OpenAIGenerator:
         self.model_ref = f"openai:{model}"
         self.max_retries = max_retries
         self._openai = openai
-        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "unused", timeout=timeout_s,
-                                    max_retries=0)
+        self.client = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=0
+        )
         if check:
             self.check()
 
@@ -42,8 +50,13 @@ class OpenAIGenerator:
     def from_config(cls, model_cfg: Any) -> OpenAIGenerator:
         if not model_cfg.base_url:
             raise ModelError("model.backend 'openai' needs model.base_url (e.g. http://127.0.0.1:8000/v1)")
-        return cls(model_cfg.base_url, model_cfg.name_or_path, os.environ.get(model_cfg.api_key_env),
-                   model_cfg.request_timeout_s, model_cfg.max_retries)
+        return cls(
+            model_cfg.base_url,
+            model_cfg.name_or_path,
+            os.environ.get(model_cfg.api_key_env),
+            model_cfg.request_timeout_s,
+            model_cfg.max_retries,
+        )
 
     def check(self) -> None:
         """Fail at once, with one line, when the server cannot be reached."""
@@ -63,8 +76,11 @@ class OpenAIGenerator:
 
     def _one(self, request: GenerationRequest, params: SamplingParams) -> Completion:
         kwargs: dict[str, Any] = {
-            "model": self.model, "messages": request.messages, "max_tokens": params.max_new_tokens,
-            "temperature": params.temperature, "top_p": params.top_p,
+            "model": self.model,
+            "messages": request.messages,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
         }
         if params.stop:
             kwargs["stop"] = list(params.stop)
@@ -91,9 +107,12 @@ class OpenAIGenerator:
         if params.logprobs and choice.logprobs is not None and choice.logprobs.content:
             logprobs = [float(t.logprob) for t in choice.logprobs.content]
         usage = getattr(response, "usage", None)
-        return Completion(text=choice.message.content or "", logprobs=logprobs,
-                          finish_reason="length" if choice.finish_reason == "length" else "stop",
-                          prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0))
+        return Completion(
+            text=choice.message.content or "",
+            logprobs=logprobs,
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        )
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         if len(requests) <= 1:

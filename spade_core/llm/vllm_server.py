@@ -38,8 +38,9 @@ def free_port() -> int:
 class ServerProcess:
     """One supervised OpenAI-compatible server process on loopback."""
 
-    def __init__(self, command: list[str], port: int, startup_timeout_s: float = 600.0,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, command: list[str], port: int, startup_timeout_s: float = 600.0, env: dict[str, str] | None = None
+    ) -> None:
         self.command = command
         self.port = port
         self.startup_timeout_s = startup_timeout_s
@@ -69,9 +70,14 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             try:
-                self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                             env={**os.environ, **(self.env or {})})
+                self.proc = subprocess.Popen(
+                    self.command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env={**os.environ, **(self.env or {})},
+                )
             except FileNotFoundError:
                 raise ModelError(f"server command {self.command[0]!r} not found") from None
         deadline = time.monotonic() + self.startup_timeout_s
@@ -109,12 +115,15 @@ class VLLMGenerator:
 
     supports_token_prompts = False
 
-    def __init__(self, model_cfg: Any, server_command: list[str] | None = None,
-                 startup_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, model_cfg: Any, server_command: list[str] | None = None, startup_timeout_s: float = 600.0
+    ) -> None:
         template = list(server_command or model_cfg.server_command or VLLM_COMMAND)
         if template[0] == "vllm" and importlib.util.find_spec("vllm") is None:
-            raise ModelError("model.backend 'vllm' needs vLLM, which is not installed: "
-                             "pip install 'spade[vllm]' on a GPU machine, or use backend=transformers/openai")
+            raise ModelError(
+                "model.backend 'vllm' needs vLLM, which is not installed: "
+                "pip install 'spade[vllm]' on a GPU machine, or use backend=transformers/openai"
+            )
         self.cfg = model_cfg
         self.template = template
         self.startup_timeout_s = startup_timeout_s
@@ -135,13 +144,18 @@ class VLLMGenerator:
         if self.server is not None:
             self.server.stop()
         port = free_port()
-        self.server = ServerProcess(self._command(path, port), port, self.startup_timeout_s,
-                                    env={"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
+        self.server = ServerProcess(
+            self._command(path, port),
+            port,
+            self.startup_timeout_s,
+            env={"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")},
+        )
         self.server.start()
         self.model_path = path
         self.model_ref = f"vllm:{Path(path).name}"
-        self.client = OpenAIGenerator(f"{self.server.base_url}/v1", path, timeout_s=self.cfg.request_timeout_s,
-                                      max_retries=self.cfg.max_retries)
+        self.client = OpenAIGenerator(
+            f"{self.server.base_url}/v1", path, timeout_s=self.cfg.request_timeout_s, max_retries=self.cfg.max_retries
+        )
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         if self.server is None or self.client is None or not self.server.running:

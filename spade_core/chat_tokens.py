@@ -1,0 +1,58 @@
+"""Token bookkeeping for multi-turn episodes: the conversation as token ids plus a loss mask.
+
+The agent's sampled tokens are appended as they were generated (mask 1); everything else — the prompt,
+the end of each assistant turn as the chat template writes it, and each environment observation — is
+rendered with the chat template and appended with mask 0. Generating from these ids (backends that take
+token prompts) means training sees exactly the tokens the model saw.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ChatTokens:
+    """Renders chat turns into token-id deltas with a tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None) -> None:
+        self.tokenizer = tokenizer
+        template = getattr(tokenizer, "chat_template", None) or ""
+        self.tools = tools if tools and "tools" in template else None
+        self.eos_text = tokenizer.eos_token or ""
+        self.eos_id = tokenizer.eos_token_id
+
+    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        return str(
+            self.tokenizer.apply_chat_template(
+                messages, tools=self.tools, add_generation_prompt=add_generation_prompt, tokenize=False
+            )
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """The opening prompt (system + first observation + generation prompt)."""
+        return self.encode(self.render(messages, add_generation_prompt=True))
+
+    def after_assistant(
+        self, history: list[dict[str, str]], assistant: str, ended_with_eos: bool, observation: str
+    ) -> list[int]:
+        """Tokens that close the assistant turn and add the next observation (all mask 0).
+
+        ``history`` is the conversation before the assistant turn.
+        """
+        turn = {"role": "assistant", "content": assistant}
+        before = self.render([*history, turn], add_generation_prompt=False)
+        after = self.render([*history, turn, {"role": "user", "content": observation}], add_generation_prompt=True)
+        env_text = after[len(before) :] if after.startswith(before) else after
+        cut = before.rfind(assistant) if assistant else -1
+        closing = before[cut + len(assistant) :] if cut >= 0 else self.eos_text + "\n"
+        if ended_with_eos and closing.startswith(self.eos_text):
+            closing = closing[len(self.eos_text) :]
+        return self.encode(closing + env_text)
+
+    def completion_ids(self, text: str) -> list[int]:
+        """Token ids for an assistant reply that came back as text only (server backends)."""
+        ids = self.encode(text)
+        return [*ids, self.eos_id] if self.eos_id is not None else ids

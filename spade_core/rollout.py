@@ -1,0 +1,254 @@
+"""The rollout engine: many episodes against jailed environments, advanced together.
+
+Each turn, every live episode's next prompt goes to the generator in ONE batched call; finished episodes
+leave the batch; the environments then step in parallel (one long-lived jail per episode). Episode
+return per DESIGN.md §5: the last reward if the episode terminated, else 0; a failed environment or
+model call ends that episode with an ``error_type`` and return 0 and never stops the others.
+
+For training, each episode keeps the token ids of the whole conversation and a loss mask: 1 on the
+agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.chat_tokens`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.jail import CallResult
+from sandbox.policy import JailLimits
+from sandbox.session import EnvSession, run_parallel
+from spade_core.agent_prompts import first_observation, system_prompt
+from spade_core.chat_tokens import ChatTokens
+from spade_core.config import RolloutConfig, SpadeConfig
+from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
+from spade_core.validate import limits_from_config
+
+CONDITIONS = ("no_hint", "hint")
+MAX_STEP_WORKERS = 32
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: an environment, a seed and a condition (with its hint)."""
+
+    env_id: str
+    code: str
+    seed: int
+    condition: str = "no_hint"
+    hint: str | None = None
+    play: int = 0  # index among the plays of the same (env, seed, condition)
+
+    @property
+    def episode_id(self) -> str:
+        key = f"{self.env_id}:{self.condition}:{self.seed}:{self.play}"
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Episode:
+    spec: EpisodeSpec
+    session: EnvSession
+    messages: list[dict[str, str]] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    terminated: bool = False
+    done: bool = False
+    error_type: str | None = None
+    error: str | None = None
+    generated_tokens: int = 0
+
+    def fail(self, error_type: str, message: str | None) -> None:
+        self.error_type, self.error, self.done = error_type, message, True
+
+    @property
+    def episode_return(self) -> float:
+        if self.error_type is None and self.terminated and self.rewards:
+            return self.rewards[-1]
+        return 0.0
+
+
+@dataclass
+class RolloutStats:
+    episodes: int = 0
+    turns: int = 0
+    generate_calls: int = 0
+    generated_tokens: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class RolloutEngine:
+    """Plays batches of :class:`EpisodeSpec` with one generator and jailed environments."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        cfg: RolloutConfig,
+        sampling: SamplingParams,
+        limits: JailLimits | None = None,
+        call_timeout_s: float = 5.0,
+        tokenizer: Any = None,
+        jail_workers: int = 2,
+    ) -> None:
+        self.generator = generator
+        self.cfg = cfg
+        self.sampling = SamplingParams(**{**sampling.__dict__, "max_new_tokens": cfg.max_tokens_per_turn})
+        self.limits = limits
+        self.call_timeout_s = call_timeout_s
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(generator, "tokenizer", None)
+        self.jail_workers = max(1, jail_workers)
+        self.stats = RolloutStats()
+
+    @classmethod
+    def from_config(cls, cfg: SpadeConfig, generator: Generator, tokenizer: Any = None) -> RolloutEngine:
+        """Engine with the run's sampling settings and jail limits (a long wall clock: jails idle while the
+        model generates; CPU seconds, memory and processes stay as validation sets them)."""
+        limits = dataclasses.replace(limits_from_config(cfg.validation), time_limit_s=cfg.rollout.jail_time_limit_s)
+        return cls(
+            generator,
+            cfg.rollout,
+            SamplingParams.from_config(cfg.model, seed=cfg.seed),
+            limits,
+            cfg.validation.call_timeout_s,
+            tokenizer,
+            cfg.validation.parallel_jails,
+        )
+
+    # -- episode lifecycle ---------------------------------------------------------------------------
+    def _open(self, spec: EpisodeSpec) -> _Episode:
+        episode = _Episode(
+            spec,
+            EnvSession(spec.code, max_turns=self.cfg.max_turns, limits=self.limits, call_timeout_s=self.call_timeout_s),
+        )
+        result = episode.session.open()
+        if result.ok:
+            result = episode.session.reset(spec.seed)
+        if not result.ok:
+            episode.fail(result.error_type or "jail_error", result.message)
+            return episode
+        kind = episode.session.kind or "game"
+        chat = self._chat(episode)
+        in_template = chat is not None and chat.tools is not None
+        episode.messages = [
+            {"role": "system", "content": system_prompt(kind, episode.session.tools, in_template)},
+            {"role": "user", "content": first_observation(result.data["obs"], spec.hint)},
+        ]
+        if chat is not None:
+            episode.token_ids = chat.prompt(episode.messages)
+            episode.loss_mask = [0] * len(episode.token_ids)
+        return episode
+
+    def _chat(self, episode: _Episode) -> ChatTokens | None:
+        if self.tokenizer is None:
+            return None
+        return ChatTokens(self.tokenizer, episode.session.tools if episode.session.kind == "tool" else None)
+
+    def _request(self, episode: _Episode) -> GenerationRequest:
+        token_prompt = self.generator.supports_token_prompts and self.tokenizer is not None
+        return GenerationRequest(
+            messages=list(episode.messages),
+            prompt_ids=list(episode.token_ids) if token_prompt else None,
+            tools=episode.session.tools or None,
+        )
+
+    def _record_reply(self, episode: _Episode, completion: Completion) -> bool:
+        """Append the agent's reply (tokens with mask 1); returns whether it ended with end-of-turn."""
+        chat = self._chat(episode)
+        ids = completion.token_ids
+        if chat is not None:
+            if not ids:  # a server backend returned text only: tokenize it, closing the turn
+                ids = chat.completion_ids(completion.text)
+            episode.token_ids += ids
+            episode.loss_mask += [1] * len(ids)
+        episode.generated_tokens += len(ids)
+        episode.messages.append({"role": "assistant", "content": completion.text})
+        return bool(ids) and chat is not None and ids[-1] == chat.eos_id
+
+    def _record_step(self, episode: _Episode, result: CallResult, ended_with_eos: bool) -> None:
+        if not result.ok:
+            episode.fail(result.error_type or "jail_error", result.message)
+            return
+        data = result.data
+        episode.rewards.append(float(data["reward"]))
+        episode.terminated = bool(data["terminated"])
+        turns = len(episode.rewards)
+        if episode.terminated or data["truncated"] or turns >= self.cfg.max_turns:
+            episode.done = True
+            return
+        chat = self._chat(episode)
+        if chat is not None:
+            history, reply = episode.messages[:-1], episode.messages[-1]["content"]
+            env_ids = chat.after_assistant(history, reply, ended_with_eos, data["obs"])
+            episode.token_ids += env_ids
+            episode.loss_mask += [0] * len(env_ids)
+        episode.messages.append({"role": "user", "content": data["obs"]})
+        if chat is not None and len(episode.token_ids) + self.cfg.max_tokens_per_turn > self.cfg.max_context_tokens:
+            episode.done = True  # context budget spent: truncated, return 0
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def run(
+        self, specs: Sequence[EpisodeSpec], on_turn: Callable[[int, int], None] | None = None
+    ) -> list[dict[str, Any]]:
+        """Play every spec to the end; returns one ``episodes`` row per spec, in order."""
+        episodes = run_parallel(self._open, specs, self.jail_workers)
+        try:
+            while live := [e for e in episodes if not e.done]:
+                completions = self.generator.generate([self._request(e) for e in live], self.sampling)
+                self.stats.generate_calls += 1
+                stepping: list[tuple[_Episode, str, bool]] = []
+                for episode, completion in zip(live, completions, strict=True):
+                    if completion.error is not None:
+                        episode.fail("model_error", completion.error)
+                        continue
+                    eos = self._record_reply(episode, completion)
+                    stepping.append((episode, completion.text, eos))
+                results = run_parallel(
+                    lambda job: job[0].session.step(job[1]), stepping, min(MAX_STEP_WORKERS, max(1, len(stepping)))
+                )
+                for (episode, _, eos), result in zip(stepping, results, strict=True):
+                    self._record_step(episode, result, eos)
+                self.stats.turns += 1
+                if on_turn is not None:
+                    on_turn(sum(e.done for e in episodes), len(episodes))
+        finally:
+            run_parallel(lambda e: e.session.close(), episodes, self.jail_workers)
+        rows = [self._row(e) for e in episodes]
+        self.stats.episodes += len(rows)
+        self.stats.generated_tokens += sum(e.generated_tokens for e in episodes)
+        for e in episodes:
+            if e.error_type:
+                self.stats.errors[e.error_type] = self.stats.errors.get(e.error_type, 0) + 1
+        return rows
+
+    def _row(self, episode: _Episode) -> dict[str, Any]:
+        has_tokens = bool(episode.token_ids)
+        return {
+            "episode_id": episode.spec.episode_id,
+            "env_id": episode.spec.env_id,
+            "condition": episode.spec.condition,
+            "seed": episode.spec.seed,
+            "episode_return": episode.episode_return,
+            "turns": len(episode.rewards),
+            "error_type": episode.error_type,
+            "transcript": episode.messages,
+            "rewards": episode.rewards,
+            "model_ref": self.generator.model_ref,
+            "token_ids": episode.token_ids if has_tokens else None,
+            "loss_mask": episode.loss_mask if has_tokens else None,
+        }
+
+
+def plan_episodes(
+    env_id: str, code: str, cfg: RolloutConfig, hint: str | None, base_seed: int = 0
+) -> list[EpisodeSpec]:
+    """The paper's plays for one environment: G no-hint and (with a hint) M hinted plays per seed."""
+    specs = []
+    for s in range(cfg.seeds_per_env):
+        seed = base_seed + s
+        specs += [EpisodeSpec(env_id, code, seed, "no_hint", None, p) for p in range(cfg.plays_no_hint)]
+        if hint:
+            specs += [EpisodeSpec(env_id, code, seed, "hint", hint, p) for p in range(cfg.plays_hint)]
+    return specs
