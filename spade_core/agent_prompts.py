@@ -21,7 +21,12 @@ TOOL_SYSTEM = (
 
 def system_prompt(kind: str, tools: list[dict[str, Any]] | None, tools_in_template: bool) -> str:
     if kind == "tool":
-        listed = "(given to you by the system)" if tools_in_template else json.dumps(tools or [], indent=1)
+        # One compact schema per line: the embedded 135M model's context is small.
+        listed = (
+            "(given to you by the system)"
+            if tools_in_template
+            else "\n".join(json.dumps(t.get("function", t), separators=(",", ":")) for t in tools or [])
+        )
         return TOOL_SYSTEM.format(tools=listed)
     return GAME_SYSTEM
 

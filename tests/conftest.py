@@ -62,3 +62,21 @@ def jail_processes_checked() -> Iterator[None]:
     yield
     out = subprocess.run(["ps", "-u", "65534", "-o", "pid=,comm="], capture_output=True, text=True).stdout.strip()
     assert out == "", f"jailed processes left behind: {out}"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> str:
+    """The embedded SmolLM2-135M-Instruct, converted once into the local cache."""
+    from spade_core.llm.embedded import embedded_model_dir
+
+    return str(embedded_model_dir())
+
+
+@pytest.fixture(scope="session")
+def tiny_generator(tiny_model_dir: str):  # type: ignore[no-untyped-def]
+    """The transformers backend on the tiny model (CPU), loaded once per session."""
+    from spade_core.llm.hf import TransformersGenerator
+
+    generator = TransformersGenerator(tiny_model_dir, device="cpu", dtype="float32", batch_size=16)
+    yield generator
+    generator.close()

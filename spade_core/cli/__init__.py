@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from spade_core.cli import catalog_cmd, config_cmd, demo_cmd, env_cmd
+from spade_core.cli import catalog_cmd, config_cmd, demo_cmd, env_cmd, rollout_cmd
 
 app = typer.Typer(
     name="spade",
@@ -16,6 +16,7 @@ app = typer.Typer(
 )
 app.command("sql")(catalog_cmd.sql)
 app.command("validate")(env_cmd.validate)
+app.command("rollout")(rollout_cmd.rollout)
 app.command("demo")(demo_cmd.demo)
 app.add_typer(env_cmd.env_app, name="env")
 app.add_typer(config_cmd.config_app, name="config")

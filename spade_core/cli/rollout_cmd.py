@@ -1,0 +1,61 @@
+"""``spade rollout``: play environment files with the configured model and print returns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, clean_errors, resolve
+from spade_core.envs.contract import env_id_for
+from spade_core.llm import make_generator
+from spade_core.rollout import EpisodeSpec, RolloutEngine
+
+
+@clean_errors
+def rollout(
+    paths: Annotated[list[Path], typer.Argument(help="Environment .py files.")],
+    plays: Annotated[int, typer.Option("--plays", help="Episodes per file (seeds 0..N-1).")] = 2,
+    hint: Annotated[str | None, typer.Option("--hint", help="Play the hinted condition with this hint.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON row per episode.")] = False,
+    preset: PresetOpt = "tiny",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Play environment files with the configured model (in the jail) and print the returns.
+
+    Useful for environment authors: see how the model plays your environment, turn by turn with --json.
+    """
+    cfg = resolve(preset, config, overrides)
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"environment file {missing[0]!r} does not exist")
+    specs = []
+    for path in paths:
+        code = path.read_text()
+        condition = "hint" if hint else "no_hint"
+        specs += [EpisodeSpec(env_id_for(code), code, seed, condition, hint) for seed in range(plays)]
+    generator = make_generator(cfg.model)
+    engine = RolloutEngine.from_config(cfg, generator)
+    with Progress(
+        TextColumn("rollout"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True, disable=as_json
+    ) as bar:
+        task = bar.add_task("episodes", total=len(specs))
+        rows = engine.run(specs, on_turn=lambda done, total: bar.update(task, completed=done))
+    generator.close()
+    names = {env_id_for(p.read_text()): str(p) for p in paths}
+    for row in rows:
+        if as_json:
+            typer.echo(json.dumps({**row, "path": names[row["env_id"]]}))
+        else:
+            err = f"  error={row['error_type']}" if row["error_type"] else ""
+            typer.echo(
+                f"{names[row['env_id']]} seed={row['seed']} {row['condition']}: return={row['episode_return']:.2f} "
+                f"turns={row['turns']}{err}"
+            )
+    if not as_json:
+        mean = sum(r["episode_return"] for r in rows) / len(rows) if rows else 0.0
+        typer.echo(f"{len(rows)} episodes, mean return {mean:.3f}, {engine.stats.generated_tokens} tokens generated")

@@ -1,0 +1,228 @@
+"""Generation backends, each exercised for real: transformers on the tiny model, the openai client
+against real HTTP servers on loopback (`transformers serve`, and a scripted stdlib server for retries
+and refusals), and the vLLM supervisor with `transformers serve` standing in for `vllm serve`."""
+
+from __future__ import annotations
+
+import http.server
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+import pytest
+from conftest import free_port
+
+from spade_core.config import load_config
+from spade_core.llm import make_generator
+from spade_core.llm.base import GenerationRequest, ModelError, SamplingParams
+from spade_core.llm.embedded import resolve_model
+from spade_core.llm.openai_api import OpenAIGenerator
+from spade_core.llm.vllm_server import ServerProcess, VLLMGenerator
+
+ASK = [{"role": "user", "content": "What is 2+3? Answer with \\boxed{}."}]
+TRANSFORMERS_SERVE = [
+    str(Path(sys.executable).parent / "transformers"),
+    "serve",
+    "{model}",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+]
+
+
+def test_transformers_batched_generation_returns_ids_text_and_logprobs(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    requests = [GenerationRequest(messages=ASK), GenerationRequest(messages=[{"role": "user", "content": "Hi"}])]
+    out = tiny_generator.generate(requests, SamplingParams(max_new_tokens=12, seed=0, logprobs=True))
+    assert len(out) == 2
+    for completion in out:
+        assert 0 < len(completion.token_ids) <= 12
+        assert completion.text == tiny_generator.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+        assert completion.logprobs is not None and len(completion.logprobs) == len(completion.token_ids)
+        assert all(lp <= 0.0 for lp in completion.logprobs)
+        assert completion.finish_reason in {"stop", "length"} and completion.prompt_tokens > 0
+
+
+def test_token_prompt_continues_exactly_like_the_chat_prompt(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
+    ids = tiny_generator.prompt_ids(GenerationRequest(messages=ASK))
+    by_messages, by_ids = tiny_generator.generate(
+        [GenerationRequest(messages=ASK), GenerationRequest(messages=[], prompt_ids=ids)], greedy
+    )
+    assert by_messages.token_ids == by_ids.token_ids
+
+
+def test_left_padding_does_not_change_greedy_output(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+    alone = tiny_generator.generate([GenerationRequest(messages=ASK)], greedy)[0]
+    long_neighbour = [{"role": "user", "content": "Tell me a long story about a dragon. " * 8}]
+    batched = tiny_generator.generate(
+        [GenerationRequest(messages=ASK), GenerationRequest(messages=long_neighbour)], greedy
+    )[0]
+    assert batched.token_ids == alone.token_ids
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda tmp: str(tmp / "missing"), "does not exist"),
+        (lambda tmp: str((tmp / "f.bin").write_bytes(b"x") and tmp / "f.bin"), "is a file"),
+        (lambda tmp: str((tmp / "empty").mkdir() or tmp / "empty"), "has no config.json"),
+    ],
+    ids=["missing", "file", "no-config"],
+)
+def test_bad_model_path_fails_with_one_line(tmp_path: Path, make, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ModelError, match=message) as err:
+        resolve_model(make(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+def test_hub_ids_pass_through_resolution() -> None:
+    assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+# -- a scripted OpenAI-compatible server for retries and refusals ------------------------------------------
+class _Scripted(http.server.BaseHTTPRequestHandler):
+    script: ClassVar[list[int]] = []
+    seen: ClassVar[list[dict]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _reply(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._reply(200, {"object": "list", "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "x"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).seen.append(body)
+        status = type(self).script.pop(0) if type(self).script else 200
+        if status != 200:
+            self._reply(status, {"error": {"message": f"scripted {status}", "type": "x"}})
+            return
+        self._reply(
+            200,
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "\\boxed{5}"}}
+                ],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+            },
+        )
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[tuple[str, type[_Scripted]]]:
+    handler = type("Handler", (_Scripted,), {"script": [], "seen": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_backend_retries_transient_errors(scripted_server) -> None:  # type: ignore[no-untyped-def]
+    url, handler = scripted_server
+    handler.script = [503, 429]
+    gen = OpenAIGenerator(url, "m", max_retries=3)
+    out = gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=5, stop=("\n",), seed=3))
+    assert (out[0].text, out[0].error, out[0].prompt_tokens) == ("\\boxed{5}", None, 7)
+    assert len(handler.seen) == 3
+    assert handler.seen[-1]["stop"] == ["\n"] and handler.seen[-1]["seed"] == 3 and handler.seen[-1]["max_tokens"] == 5
+
+
+def test_openai_refusal_is_recorded_per_request_not_raised(scripted_server) -> None:  # type: ignore[no-untyped-def]
+    url, handler = scripted_server
+    handler.script = [400]
+    gen = OpenAIGenerator(url, "m", max_retries=3)
+    out = gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=5))
+    assert out[0].error is not None and out[0].error.startswith("HTTP 400")
+    assert len(handler.seen) == 1  # a refusal is not retried
+
+
+def test_openai_unreachable_server_fails_at_once() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ModelError, match=re.escape(f"cannot reach the OpenAI-compatible server at {url}")):
+        OpenAIGenerator(url, "m")
+
+
+def test_openai_backend_needs_a_base_url() -> None:
+    with pytest.raises(ModelError, match="needs model.base_url"):
+        make_generator(load_config("tiny", overrides=["model.backend=openai"]).model)
+
+
+# -- real servers: transformers serve on loopback ------------------------------------------------------------
+@pytest.mark.slow
+def test_openai_backend_against_transformers_serve(tiny_model_dir: str) -> None:
+    port = free_port()
+    command = [part.format(model=tiny_model_dir, host="127.0.0.1", port=port) for part in TRANSFORMERS_SERVE]
+    server = ServerProcess(command, port, startup_timeout_s=180, env={"HF_HUB_OFFLINE": "1"})
+    server.start()
+    try:
+        gen = OpenAIGenerator(f"{server.base_url}/v1", tiny_model_dir)
+        out = gen.generate([GenerationRequest(messages=ASK)] * 3, SamplingParams(max_new_tokens=8, seed=1))
+        assert len(out) == 3 and all(c.error is None and c.text and c.prompt_tokens > 0 for c in out)
+    finally:
+        server.stop()
+    assert not server.running
+
+
+@pytest.mark.slow
+def test_vllm_backend_supervises_a_stand_in_server(tiny_model_dir: str) -> None:
+    cfg = load_config("tiny", overrides=[f"model.name_or_path={tiny_model_dir}", "model.backend=vllm"]).model
+    gen = VLLMGenerator(cfg, server_command=TRANSFORMERS_SERVE, startup_timeout_s=180)
+    try:
+        first = gen.server
+        assert first is not None and first.running
+        out = gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=6))
+        assert out[0].error is None and out[0].text
+        gen.load_checkpoint(tiny_model_dir)  # a new checkpoint restarts the server
+        assert not first.running and gen.server is not first and gen.server.running
+        gen.server.stop()  # the server dies: the next call restarts it
+        assert gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=4))[0].error is None
+    finally:
+        gen.close()
+    assert gen.server is not None and not gen.server.running
+
+
+def test_vllm_backend_without_vllm_fails_clearly() -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed on this machine")
+    with pytest.raises(ModelError, match="backend 'vllm' needs vLLM, which is not installed"):
+        make_generator(load_config("tiny", overrides=["model.backend=vllm"]).model)
+
+
+def test_server_that_dies_at_startup_reports_its_log() -> None:
+    port = free_port()
+    command = [sys.executable, "-c", "print('boom: no GPU found'); raise SystemExit(3)"]
+    with pytest.raises(ModelError, match=r"exited with code 3 during startup: boom: no GPU found"):
+        ServerProcess(command, port, startup_timeout_s=30).start()
+
+
+def test_sampling_params_from_config() -> None:
+    cfg = SimpleNamespace(temperature=0.3, top_p=0.9, max_new_tokens=77)
+    assert SamplingParams.from_config(cfg, seed=4) == SamplingParams(0.3, 0.9, 77, (), 4, False)
+
+
+def test_no_server_left_running() -> None:
+    out = subprocess.run(["pgrep", "-f", "transformers serve"], capture_output=True, text=True).stdout.strip()
+    assert out == ""
