@@ -166,7 +166,7 @@ def test_openai_unreachable_server_fails_at_once() -> None:
 
 
 def test_openai_backend_needs_a_base_url() -> None:
-    with pytest.raises(ModelError, match="needs model.base_url"):
+    with pytest.raises(ModelError, match=r"needs model\.base_url"):
         make_generator(load_config("tiny", overrides=["model.backend=openai"]).model)
 
 
