@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, clean_errors, resolve
+from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.envs.contract import env_id_for
 from spade_core.llm import make_generator
 from spade_core.rollout import EpisodeSpec, RolloutEngine
@@ -21,6 +22,12 @@ def rollout(
     plays: Annotated[int, typer.Option("--plays", help="Episodes per file (seeds 0..N-1).")] = 2,
     hint: Annotated[str | None, typer.Option("--hint", help="Play the hinted condition with this hint.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON row per episode.")] = False,
+    run_id: Annotated[
+        str | None,
+        typer.Option("--run-id", help="Also write the rows to the episodes table of this run (stage 'rollout-cli')."),
+    ] = None,
+    gen: Annotated[int, typer.Option("--gen", help="Generation to write under (with --run-id).")] = 1,
+    store: StoreOpt = None,
     preset: PresetOpt = "tiny",
     config: ConfigOpt = None,
     overrides: SetOpt = None,
@@ -29,7 +36,8 @@ def rollout(
 
     Useful for environment authors: see how the model plays your environment, turn by turn with --json.
     """
-    cfg = resolve(preset, config, overrides)
+    cfg = resolve(preset, config, overrides, store)
+    st = open_store(cfg) if run_id is not None else None  # a bad store fails before the model loads
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"environment file {missing[0]!r} does not exist")
@@ -46,6 +54,9 @@ def rollout(
         task = bar.add_task("episodes", total=len(specs))
         rows = engine.run(specs, on_turn=lambda done, total: bar.update(task, completed=done))
     generator.close()
+    if st is not None and run_id is not None:
+        path = st.write_table("episodes", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="rollout-cli")
+        typer.echo(f"wrote {len(rows)} episodes to {path}", err=True)
     names = {env_id_for(p.read_text()): str(p) for p in paths}
     for row in rows:
         if as_json:
