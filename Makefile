@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.12 2>/dev/null || echo python3.12)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := libnl-3-200 libnl-route-3-200
+SYSTEM_PACKAGES := libnl-3-200 libnl-route-3-200 python3
 PYTEST_ARGS ?=
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
@@ -18,7 +18,7 @@ help:
 	@echo "make test   - set up everything, then lint, type-check and run the whole test suite"
 
 system-deps:
-	@if ldconfig -p | grep -q 'libnl-route-3.so.200'; then :; \
+	@if PATH="$$PATH:/sbin:/usr/sbin" ldconfig -p | grep -q 'libnl-route-3.so.200' && test -x /usr/bin/python3; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	  echo "installing system packages: $(SYSTEM_PACKAGES)"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES) >/dev/null 2>&1 || \

@@ -185,7 +185,7 @@ class JailedProcess:
         seconds = time.perf_counter() - t0
         stdout = str(reply.pop("stdout", ""))
         if not reply.pop("ok", False):
-            return CallResult(
+            failed = CallResult(
                 ok=False,
                 error_type=str(reply.get("error_type", "jail_error")),
                 message=str(reply.get("message", "")),
@@ -193,6 +193,7 @@ class JailedProcess:
                 stdout=stdout,
                 seconds=seconds,
             )
+            return self._die(failed) if failed.error_type == "timeout" else failed  # a spent jail is done
         return CallResult(ok=True, data=reply, stdout=stdout, seconds=seconds)
 
     def _send(self, message: dict[str, Any]) -> None:
@@ -213,7 +214,8 @@ class JailedProcess:
                 if len(self._buffer) >= 4 + size:
                     body, self._buffer = self._buffer[4 : 4 + size], self._buffer[4 + size :]
                     try:
-                        message = json.loads(body)
+                        # the jail is untrusted: undecodable bytes become U+FFFD, never a crash downstream
+                        message = json.loads(body.decode("utf-8", "replace"))
                     except ValueError:
                         return CallResult.failure("jail_error", f"{op}: undecodable reply frame")
                     if not isinstance(message, dict):
@@ -240,6 +242,10 @@ class JailedProcess:
         lived = time.monotonic() - self.started_at
         if lived >= self.limits.time_limit_s - 0.5:
             return CallResult.failure("timeout", f"{op}: jail hit its wall-clock limit of {self.limits.time_limit_s}s")
+        if code in (152, -24):  # SIGXCPU: RLIMIT_CPU spent
+            return CallResult.failure(
+                "timeout", f"{op}: jail used up its CPU-seconds limit ({self.limits.cpu_seconds}s)"
+            )
         if code in (137, -9):
             return CallResult.failure("memory", f"{op}: jail was killed (SIGKILL: memory limit) after {lived:.1f}s")
         if op == "start":

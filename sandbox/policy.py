@@ -11,6 +11,8 @@ seconds, file size, open files, processes; cgroup memory and pids limits where t
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -75,6 +77,7 @@ def nsjail_binary() -> str:
 def runtime_dir() -> str:
     """A private world-readable copy of the in-jail runtime (the repo may sit under a 0700 home)."""
     target = Path(tempfile.mkdtemp(prefix="spade-runtime-"))
+    atexit.register(shutil.rmtree, target, True)
     for name in RUNTIME_FILES:
         shutil.copyfile(RUNTIME_SRC / name, target / name)
         os.chmod(target / name, 0o444)
@@ -115,8 +118,9 @@ def build_config(limits: JailLimits, use_cgroups: bool) -> NsJailConfig:
         clone_newipc=True,
         clone_newuts=True,
         clone_newcgroup=True,
-        uidmap=[IdMap(inside_id=str(NOBODY), outside_id=str(NOBODY))],
-        gidmap=[IdMap(inside_id=str(NOBODY), outside_id=str(NOBODY))],
+        # As root, nobody inside is nobody outside. Unprivileged users may only map their own ids.
+        uidmap=[IdMap(inside_id=str(NOBODY), outside_id=str(NOBODY if os.geteuid() == 0 else os.getuid()))],
+        gidmap=[IdMap(inside_id=str(NOBODY), outside_id=str(NOBODY if os.geteuid() == 0 else os.getgid()))],
         rlimit_as=limits.memory_mb,
         rlimit_cpu=limits.cpu_seconds,
         rlimit_fsize=limits.file_size_mb,
@@ -168,7 +172,13 @@ def _write_config_cached(limits: JailLimits, use_cgroups: bool) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+    atexit.register(_unlink_quietly, path)
     return path
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def jail_command(limits: JailLimits, use_cgroups: bool) -> list[str]:

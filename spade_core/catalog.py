@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import duckdb
 
-from spade_core.schemas import TABLES
+from spade_core.schemas import SCHEMAS, TABLES
 from spade_core.store import Store, arrow_schema_with_partitions
 
 
@@ -25,8 +25,9 @@ def connect(store: Store) -> duckdb.DuckDBPyConnection:
         con.register_filesystem(store.fs)
     for table in TABLES:
         if store.has_table(table):
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * EXCLUDE (run), run AS run_id FROM read_parquet("
+            columns = ", ".join(f'"{name}"' for name in SCHEMAS[table].names)
+            con.execute(  # the same column order as the empty view: run_id, gen, then the schema's columns
+                f"CREATE VIEW {table} AS SELECT run AS run_id, gen, {columns} FROM read_parquet("
                 f"{_quote(store.table_glob(table))}, hive_partitioning=true, union_by_name=true, "
                 "hive_types={'run': VARCHAR, 'gen': BIGINT})"
             )

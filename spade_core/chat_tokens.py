@@ -52,7 +52,8 @@ class ChatTokens:
             closing = closing[len(self.eos_text) :]
         return self.encode(closing + env_text)
 
-    def completion_ids(self, text: str) -> list[int]:
-        """Token ids for an assistant reply that came back as text only (server backends)."""
+    def completion_ids(self, text: str, stopped: bool) -> list[int]:
+        """Token ids for an assistant reply that came back as text only (server backends); the end-of-turn
+        token is included only when the model stopped by itself (not when it hit the token limit)."""
         ids = self.encode(text)
-        return [*ids, self.eos_id] if self.eos_id is not None else ids
+        return [*ids, self.eos_id] if stopped and self.eos_id is not None else ids

@@ -104,9 +104,10 @@ class RolloutEngine:
 
     @classmethod
     def from_config(cls, cfg: SpadeConfig, generator: Generator, tokenizer: Any = None) -> RolloutEngine:
-        """Engine with the run's sampling settings and jail limits (a long wall clock: jails idle while the
-        model generates; CPU seconds, memory and processes stay as validation sets them)."""
-        limits = dataclasses.replace(limits_from_config(cfg.validation), time_limit_s=cfg.rollout.jail_time_limit_s)
+        """Engine with the run's sampling settings and jail limits (a long wall clock and CPU budget: jails
+        live while the model generates; memory and processes stay as validation sets them)."""
+        limit = cfg.rollout.jail_time_limit_s
+        limits = dataclasses.replace(limits_from_config(cfg.validation), time_limit_s=limit, cpu_seconds=limit)
         return cls(
             generator,
             cfg.rollout,
@@ -141,6 +142,15 @@ class RolloutEngine:
             episode.loss_mask = [0] * len(episode.token_ids)
         return episode
 
+    def _open_safely(self, spec: EpisodeSpec) -> _Episode:
+        """:meth:`_open`, with anything unexpected recorded on the episode instead of raised."""
+        try:
+            return self._open(spec)
+        except Exception as exc:  # e.g. a tokenizer refusing text: data about this episode only
+            episode = _Episode(spec, EnvSession(spec.code))
+            episode.fail("jail_error", f"{type(exc).__name__}: {exc}")
+            return episode
+
     def _chat(self, episode: _Episode) -> ChatTokens | None:
         if self.tokenizer is None:
             return None
@@ -148,10 +158,17 @@ class RolloutEngine:
 
     def _request(self, episode: _Episode) -> GenerationRequest:
         token_prompt = self.generator.supports_token_prompts and self.tokenizer is not None
+        chat = self._chat(episode)
+        # Tool schemas travel in the system prompt unless the chat template renders them itself; a
+        # server is never sent `tools=` (vLLM refuses it without a tool-call parser).
+        tools = episode.session.tools if token_prompt and chat is not None and chat.tools is not None else None
+        turn = sum(m["role"] == "assistant" for m in episode.messages)
+        key = f"{self.sampling.seed}:{episode.spec.episode_id}:{turn}"
         return GenerationRequest(
             messages=list(episode.messages),
             prompt_ids=list(episode.token_ids) if token_prompt else None,
-            tools=episode.session.tools or None,
+            tools=tools,
+            seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),  # plays of one env must differ
         )
 
     def _record_reply(self, episode: _Episode, completion: Completion) -> bool:
@@ -159,8 +176,8 @@ class RolloutEngine:
         chat = self._chat(episode)
         ids = completion.token_ids
         if chat is not None:
-            if not ids:  # a server backend returned text only: tokenize it, closing the turn
-                ids = chat.completion_ids(completion.text)
+            if not ids:  # a server backend returned text only: tokenize it
+                ids = chat.completion_ids(completion.text, stopped=completion.finish_reason == "stop")
             episode.token_ids += ids
             episode.loss_mask += [1] * len(ids)
         episode.generated_tokens += len(ids)
@@ -193,8 +210,9 @@ class RolloutEngine:
         self, specs: Sequence[EpisodeSpec], on_turn: Callable[[int, int], None] | None = None
     ) -> list[dict[str, Any]]:
         """Play every spec to the end; returns one ``episodes`` row per spec, in order."""
-        episodes = run_parallel(self._open, specs, self.jail_workers)
+        episodes: list[_Episode] = []
         try:
+            episodes = run_parallel(self._open_safely, specs, self.jail_workers)
             while live := [e for e in episodes if not e.done]:
                 completions = self.generator.generate([self._request(e) for e in live], self.sampling)
                 self.stats.generate_calls += 1

@@ -107,8 +107,8 @@ def check_parses(ctx: _Context) -> None:
         ast.parse(ctx.code)
     except SyntaxError as exc:
         raise CheckFailed("syntax_error", f"line {exc.lineno}: {exc.msg}: {(exc.text or '').strip()!r}") from None
-    except ValueError as exc:
-        raise CheckFailed("syntax_error", str(exc)) from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; absurdly deep nesting
+        raise CheckFailed("syntax_error", f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def check_one_env_class(ctx: _Context) -> None:

@@ -111,6 +111,20 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         type(self).seen.append(body)
         status = type(self).script.pop(0) if type(self).script else 200
+        if status == 299:  # a server that parses tool calls: content None, structured tool_calls
+            call = {"id": "t", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "a"}'}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            self._reply(
+                200,
+                {
+                    "id": "c",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
+                },
+            )
+            return
         if status != 200:
             self._reply(status, {"error": {"message": f"scripted {status}", "type": "x"}})
             return
@@ -226,3 +240,11 @@ def test_sampling_params_from_config() -> None:
 def test_no_server_left_running() -> None:
     out = subprocess.run(["pgrep", "-f", "transformers serve"], capture_output=True, text=True).stdout.strip()
     assert out == ""
+
+
+def test_openai_structured_tool_calls_come_back_as_text(scripted_server) -> None:  # type: ignore[no-untyped-def]
+    url, handler = scripted_server
+    handler.script = [299]
+    out = OpenAIGenerator(url, "m").generate([GenerationRequest(messages=ASK, seed=9)], SamplingParams())
+    assert out[0].text == '<tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>'
+    assert handler.seen[-1]["seed"] == 9

@@ -191,3 +191,22 @@ def test_spade_rollout_cli_bad_model_path_is_one_line() -> None:
 
 def test_tiny_preset_is_the_rollout_default() -> None:
     assert load_config("tiny").rollout.max_turns == 4
+
+
+def test_identical_plays_get_distinct_request_seeds(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    answers = {}
+    with EnvSession(GAME.code, max_turns=1) as session:
+        session.open()
+        answers[session.reset(0).data["obs"]] = ["\\boxed{1}"]
+    oracle = OracleAgent(answers)
+    seen: list[int | None] = []
+    original = oracle.generate
+
+    def spy(requests, params):  # type: ignore[no-untyped-def]
+        seen.extend(r.seed for r in requests)
+        return original(requests, params)
+
+    oracle.generate = spy  # type: ignore[method-assign]
+    specs = [EpisodeSpec(GAME.env_id, GAME.code, 0, play=p) for p in range(4)]
+    engine(oracle, RolloutConfig(max_turns=1)).run(specs)
+    assert len(seen) == 4 and len(set(seen)) == 4 and None not in seen

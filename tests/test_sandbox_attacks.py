@@ -333,3 +333,18 @@ def test_broken_nsjail_fails_with_one_line_and_never_runs_code_unjailed(
         monkeypatch.delenv("NSJAIL_PATH")
         for fn in (policy.probe, policy.resolve_cgroups):
             fn.cache_clear()
+
+
+def test_lone_surrogates_in_replies_are_replaced_not_passed_on() -> None:
+    obs, error = first_obs(env('return "bad " + chr(0xD800) + " text", {}'))
+    assert (obs, error) == ("bad ? text", None)
+    assert obs is not None and obs.encode("utf-8")  # valid text for the tokenizer and Parquet
+
+
+def test_cpu_seconds_limit_is_classified_timeout() -> None:
+    code = env("while True:\n    pass")
+    with EnvSession(code, limits=JailLimits(cpu_seconds=2), call_timeout_s=20.0) as session:
+        assert session.open().ok
+        result = session.reset(0)
+    assert result.error_type == "timeout" and "CPU-seconds" in (result.message or "")
+    assert not session.alive

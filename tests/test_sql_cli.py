@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from spade_core.catalog import query
 from spade_core.cli import app
-from spade_core.schemas import TABLES
+from spade_core.schemas import SCHEMAS, TABLES
 from spade_core.store import Store
 
 runner = CliRunner()
@@ -123,3 +123,10 @@ def test_installed_entry_point_reads_s3_with_standard_variables(s3_bucket: str, 
         check=True,
     )
     assert json.loads(out.stdout) == [{"n": 14}]
+
+
+def test_views_have_the_same_columns_empty_or_filled(filled: tuple[Store, list[str]], tmp_path: Path) -> None:
+    store, _ = filled
+    full = query(store, "select * from episodes limit 0")
+    empty = query(Store(str(tmp_path / "none")), "select * from episodes limit 0")
+    assert list(full.columns) == list(empty.columns) == ["run_id", "gen", *SCHEMAS["episodes"].names]

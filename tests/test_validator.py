@@ -136,3 +136,9 @@ def test_env_id_ignores_trailing_whitespace_and_line_endings() -> None:
     code = make_env()
     assert env_id_for(code) == env_id_for(code.replace("\n", "  \r\n") + "\n\n")
     assert env_id_for(code) != env_id_for(code + "# different\n")
+
+
+def test_absurdly_nested_code_is_a_syntax_error_not_a_crash() -> None:
+    result = validate_code("x = " + "1+" * 5000 + "1\n", FAST)
+    assert (result.ok, result.error_type) == (False, "syntax_error")
+    assert "RecursionError" in (result.message or "") or "too many" in (result.message or "")

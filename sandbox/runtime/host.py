@@ -18,6 +18,8 @@ import io
 import json
 import math
 import os
+import resource
+import signal
 import struct
 import sys
 import traceback
@@ -33,6 +35,26 @@ _os_read, _os_write = os.read, os.write
 
 class ContractError(Exception):
     """The environment returned something the contract does not allow."""
+
+
+class CpuLimitExceeded(BaseException):
+    """SIGXCPU: the jail's CPU-seconds budget is spent (raised in the main thread by the handler)."""
+
+
+def _on_sigxcpu(signum, frame):
+    raise CpuLimitExceeded()
+
+
+def _arm_cpu_limit():
+    """Lower the soft CPU limit one second below the hard one, so SIGXCPU (a reportable timeout)
+    arrives before the kernel's SIGKILL at the hard limit."""
+    try:
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        if hard != resource.RLIM_INFINITY and hard >= 2:
+            resource.setrlimit(resource.RLIMIT_CPU, (hard - 1, hard))
+        signal.signal(signal.SIGXCPU, _on_sigxcpu)
+    except (ValueError, OSError):
+        pass
 
 
 class _CappedStdout(io.TextIOBase):
@@ -210,6 +232,8 @@ def handle(host, request):
         return {"ok": False, "error_type": "contract_error", "message": str(exc)}
     except MemoryError:
         return {"ok": False, "error_type": "memory", "message": "MemoryError in %s" % op}
+    except CpuLimitExceeded:
+        return {"ok": False, "error_type": "timeout", "message": "%s: the jail's CPU-seconds limit is spent" % op}
     except BaseException as exc:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return {
@@ -230,12 +254,18 @@ def main():
     sys.stdout = capture
     sys.stdin = io.StringIO("")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _arm_cpu_limit()
     host = Host()
 
     def send(message):
         message["stdout"] = capture.take()
         try:
-            payload = _dumps(message, allow_nan=False).encode("utf-8", "replace")
+            # ensure_ascii=False so that "replace" really replaces lone surrogates from the environment
+            payload = _dumps(message, allow_nan=False, ensure_ascii=False).encode("utf-8", "replace")
+        except MemoryError:
+            payload = _dumps(
+                {"ok": False, "error_type": "memory", "message": "MemoryError serialising the reply"}
+            ).encode()
         except (TypeError, ValueError):
             payload = _dumps(
                 {"ok": False, "error_type": "contract_error", "message": "reply is not JSON-serialisable"}

@@ -15,11 +15,19 @@ from spade_core.validate import limits_from_config, validate_many
 env_app = typer.Typer(help="Play and inspect environment files (in the jail).", no_args_is_help=True)
 
 
-def _read(paths: list[Path]) -> list[str]:
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(f"environment file {missing[0]!r} does not exist")
-    return [p.read_text() for p in paths]
+def read_env_files(paths: list[Path]) -> list[str]:
+    """The sources of environment files; a missing, unreadable or non-UTF-8 file is one clear error."""
+    sources = []
+    for p in paths:
+        if not p.exists():
+            raise FileNotFoundError(f"environment file {str(p)!r} does not exist")
+        if not p.is_file():
+            raise FileNotFoundError(f"environment file {str(p)!r} is not a file")
+        try:
+            sources.append(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FileNotFoundError(f"environment file {str(p)!r} cannot be read: {exc}") from None
+    return sources
 
 
 @clean_errors
@@ -36,7 +44,7 @@ def validate(
     ends within max_turns, solution reaches the goal, not trivial.
     """
     cfg = resolve(preset, config, overrides)
-    results = validate_many(_read(paths), cfg.validation)
+    results = validate_many(read_env_files(paths), cfg.validation)
     for path, res in zip(paths, results, strict=True):
         if as_json:
             typer.echo(
@@ -109,7 +117,7 @@ def play(
 ) -> None:
     """Play an environment in the jail: interactively, or replay --action values and print the transcript."""
     cfg = resolve(preset, config, overrides)
-    code = _read([path])[0]
+    code = read_env_files([path])[0]
     with EnvSession(
         code,
         max_turns=cfg.validation.max_turns,

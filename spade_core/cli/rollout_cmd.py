@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
+from spade_core.cli.env_cmd import read_env_files
 from spade_core.envs.contract import env_id_for
 from spade_core.llm import make_generator
 from spade_core.rollout import EpisodeSpec, RolloutEngine
@@ -38,12 +39,8 @@ def rollout(
     """
     cfg = resolve(preset, config, overrides, store)
     st = open_store(cfg) if run_id is not None else None  # a bad store fails before the model loads
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(f"environment file {missing[0]!r} does not exist")
     specs = []
-    for path in paths:
-        code = path.read_text()
+    for code in read_env_files(paths):
         condition = "hint" if hint else "no_hint"
         specs += [EpisodeSpec(env_id_for(code), code, seed, condition, hint) for seed in range(plays)]
     generator = make_generator(cfg.model)
@@ -57,7 +54,7 @@ def rollout(
     if st is not None and run_id is not None:
         path = st.write_table("episodes", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="rollout-cli")
         typer.echo(f"wrote {len(rows)} episodes to {path}", err=True)
-    names = {env_id_for(p.read_text()): str(p) for p in paths}
+    names = {env_id_for(code): str(p) for p, code in zip(paths, read_env_files(paths), strict=True)}
     for row in rows:
         if as_json:
             typer.echo(json.dumps({**row, "path": names[row["env_id"]]}))

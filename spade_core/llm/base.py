@@ -39,6 +39,7 @@ class GenerationRequest:
     messages: list[dict[str, str]]
     prompt_ids: list[int] | None = None
     tools: list[dict[str, Any]] | None = None
+    seed: int | None = None  # per-request sampling seed (server backends); identical prompts must differ
 
 
 @dataclass

@@ -81,6 +81,8 @@ class TransformersGenerator:
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         out: list[Completion] = []
+        if params.seed is not None:  # once per call: later chunks continue the stream, never repeat it
+            self._torch.manual_seed(params.seed)
         for start in range(0, len(requests), self.batch_size):
             out.extend(self._generate_batch(requests[start : start + self.batch_size], params))
         return out
@@ -92,8 +94,6 @@ class TransformersGenerator:
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_new_tokens,
             "do_sample": params.temperature > 0,

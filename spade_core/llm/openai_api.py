@@ -9,6 +9,7 @@ read from the variable named by ``model.api_key_env`` and never stored.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -84,8 +85,9 @@ class OpenAIGenerator:
         }
         if params.stop:
             kwargs["stop"] = list(params.stop)
-        if params.seed is not None:
-            kwargs["seed"] = params.seed
+        seed = request.seed if request.seed is not None else params.seed
+        if seed is not None:
+            kwargs["seed"] = seed
         if params.logprobs:
             kwargs["logprobs"] = True
         if request.tools:
@@ -103,12 +105,18 @@ class OpenAIGenerator:
                 time.sleep(delay)
                 delay *= 2
         choice = response.choices[0]
+        text = choice.message.content or ""
+        for call in getattr(choice.message, "tool_calls", None) or []:
+            # a server that parses tool calls returns them structured: give the env the text form back
+            fn = call.function
+            text += f'<tool_call>{{"name": {json.dumps(fn.name)}, "arguments": {fn.arguments or "{}"}}}</tool_call>'
+
         logprobs = None
         if params.logprobs and choice.logprobs is not None and choice.logprobs.content:
             logprobs = [float(t.logprob) for t in choice.logprobs.content]
         usage = getattr(response, "usage", None)
         return Completion(
-            text=choice.message.content or "",
+            text=text,
             logprobs=logprobs,
             finish_reason="length" if choice.finish_reason == "length" else "stop",
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),

@@ -141,6 +141,8 @@ class VLLMGenerator:
     def load_checkpoint(self, name_or_path: str) -> None:
         """(Re)start the server on ``name_or_path`` (a new checkpoint after a training step)."""
         path = resolve_model(name_or_path)
+        if self.client is not None:
+            self.client.close()
         if self.server is not None:
             self.server.stop()
         port = free_port()
