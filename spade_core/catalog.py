@@ -37,10 +37,10 @@ def connect(store: Store) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def query(store: Store, sql: str):  # type: ignore[no-untyped-def]
-    """Run ``sql`` against the catalog and return a pandas DataFrame."""
+def query(store: Store, sql: str, params: list[object] | None = None):  # type: ignore[no-untyped-def]
+    """Run ``sql`` (with ``?`` placeholders bound to ``params``) against the catalog; a pandas DataFrame."""
     con = connect(store)
     try:
-        return con.execute(sql).df()
+        return con.execute(sql, params or []).df()
     finally:
         con.close()

@@ -1,0 +1,102 @@
+"""``spade envs list|show``: browse the environment pool of a store."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from spade_core.catalog import query
+from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
+
+envs_app = typer.Typer(
+    help="Browse the environments of a store (designs, validation, scores, hints).", no_args_is_help=True
+)
+
+POOL_SQL = """
+select d.run_id, d.gen, d.env_id, any_value(d.skill) as skill, any_value(d.kind) as kind,
+       bool_or(v.ok) as valid, any_value(v.error_type) as error_type,
+       any_value(s.win_rate) as win_rate, any_value(s.regret) as regret,
+       any_value(s.designer_reward) as designer_reward
+from designs d
+left join validations v on v.env_id = d.env_id and v.run_id = d.run_id and v.gen = d.gen
+left join env_scores s on s.env_id = d.env_id and s.run_id = d.run_id and s.gen = d.gen
+where d.env_id is not null {filters}
+group by all
+order by regret desc nulls last, d.gen, d.env_id
+limit ?
+"""
+
+
+@envs_app.command("list")
+@clean_errors
+def list_envs(
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run.")] = None,
+    gen: Annotated[int | None, typer.Option("--gen", help="Only this generation.")] = None,
+    valid_only: Annotated[bool, typer.Option("--valid-only", help="Only environments that passed validation.")] = False,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many rows.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array of row objects.")] = False,
+    store: StoreOpt = None,
+    preset: PresetOpt = "tiny",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """List designed environments with validation outcome, win rate, regret and designer reward."""
+    cfg = resolve(preset, config, overrides, store)
+    filters: list[str] = []
+    params: list[object] = []
+    if run_id is not None:
+        filters.append("and d.run_id = ?")
+        params.append(run_id)
+    if gen is not None:
+        filters.append("and d.gen = ?")
+        params.append(gen)
+    sql = POOL_SQL.format(filters=" ".join(filters))
+    frame = query(open_store(cfg), sql, [*params, limit])
+    if valid_only:
+        frame = frame[frame["valid"].fillna(False).astype(bool)]
+    if as_json:
+        typer.echo(frame.to_json(orient="records"))
+    elif frame.empty:
+        typer.echo("no environments in this store yet")
+    else:
+        typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+@envs_app.command("show")
+@clean_errors
+def show_env(
+    env_id: Annotated[str, typer.Argument(help="The environment's id (16 hex).")],
+    store: StoreOpt = None,
+    preset: PresetOpt = "tiny",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Show one environment: its code, validation checks, scores and hint."""
+    st = open_store(resolve(preset, config, overrides, store))
+    designs = query(
+        st,
+        "select run_id, gen, design_id, skill, kind, code from designs where env_id = ? order by gen limit 1",
+        [env_id],
+    )
+    if designs.empty:
+        raise FileNotFoundError(f"environment {env_id!r} is not in the store's designs table")
+    d = designs.iloc[0]
+    typer.echo(f"env {env_id}  run={d.run_id} gen={d.gen} design={d.design_id} skill={d.skill} kind={d.kind}")
+    checks = query(st, "select ok, error_type, message, checks from validations where env_id = ? limit 1", [env_id])
+    if not checks.empty:
+        c = checks.iloc[0]
+        typer.echo(f"validation: {'ok' if c.ok else c.error_type}  {c.message or ''}")
+        typer.echo("checks: " + json.dumps({k: bool(v) for k, v in dict(c.checks).items()}))
+    scores = query(
+        st,
+        "select win_rate, r_hint, r_no_hint, regret, designer_reward from env_scores where env_id = ? limit 1",
+        [env_id],
+    )
+    if not scores.empty:
+        typer.echo("scores: " + ", ".join(f"{k}={v:.3f}" for k, v in scores.iloc[0].items()))
+    hints = query(st, "select hint, leaks_solution from hints where env_id = ? limit 1", [env_id])
+    if not hints.empty:
+        typer.echo(f"hint{' (LEAKS SOLUTION)' if hints.leaks_solution[0] else ''}: {hints.hint[0]}")
+    typer.echo("\n" + str(d.code))
