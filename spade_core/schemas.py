@@ -42,7 +42,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "validations": pa.schema(
         [
             _f("design_id", _str, True),
-            _f("env_id", _str),
+            _f("env_id", _str, True),  # null when the design's reply held no code
             _f("ok", pa.bool_()),
             _f("error_type", _str, True),
             _f("message", _str, True),

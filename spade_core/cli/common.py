@@ -11,6 +11,7 @@ import typer
 
 from sandbox.policy import SandboxUnavailable
 from spade_core.config import ConfigError, SpadeConfig, load_config
+from spade_core.corpus import CorpusError
 from spade_core.llm.base import ModelError
 from spade_core.schemas import SchemaError
 from spade_core.store import Store, StoreError
@@ -43,7 +44,15 @@ def clean_errors[F: Callable[..., Any]](fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, StoreError, SchemaError, SandboxUnavailable, ModelError, FileNotFoundError) as exc:
+        except (
+            ConfigError,
+            StoreError,
+            SchemaError,
+            SandboxUnavailable,
+            ModelError,
+            CorpusError,
+            FileNotFoundError,
+        ) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None
 

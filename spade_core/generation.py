@@ -1,0 +1,314 @@
+"""One SPADE generation as plain stage functions (DESIGN.md §7 steps 2–8), each writing its table.
+
+    documents → designs → validations → hints → episodes (no hint, hint) → env_scores → memory
+
+Every stage takes its inputs explicitly and returns the frame it wrote, so it runs and tests without
+Prefect; the orchestration layer wraps each one in a cached, retryable task. Ids tie the tables together:
+``doc_id`` (documents → designs), ``design_id`` (designs → validations, env_scores), ``env_id``
+(validations → hints → episodes → env_scores → memory). Training (step 9) is a separate stage.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from sandbox.session import EnvSession, run_parallel
+from spade_core.config import SpadeConfig
+from spade_core.corpus import sample_documents
+from spade_core.design import (
+    MemoryExample,
+    design_id_for,
+    design_messages,
+    design_row,
+    repair_messages,
+    skill_kind,
+    skills_for_generation,
+)
+from spade_core.hints import clean_hint, hint_messages, hint_row
+from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
+from spade_core.memory import Memory
+from spade_core.rollout import RolloutEngine, plan_episodes
+from spade_core.scoring import score_environments
+from spade_core.store import Store
+from spade_core.validate import limits_from_config, validate_many
+
+
+@dataclass
+class GenerationContext:
+    """What every stage of one generation needs."""
+
+    cfg: SpadeConfig
+    store: Store
+    run_id: str
+    gen: int
+
+    @property
+    def seed(self) -> int:
+        return self.cfg.seed * 100_003 + self.gen
+
+    def write(self, table: str, frame: pd.DataFrame, stage: str, shard: int | str = 0) -> pd.DataFrame:
+        if not frame.empty:
+            self.store.write_table(table, frame, run_id=self.run_id, gen=self.gen, stage=stage, shard=shard)
+        return frame
+
+
+def prompt_plan(ctx: GenerationContext) -> list[str]:
+    """The skill of each document prompt this generation, round-robin over the generation's skills."""
+    skills = skills_for_generation(ctx.gen, ctx.cfg.designer)
+    return [skills[i % len(skills)] for i in range(ctx.cfg.designer.documents_per_generation)]
+
+
+def stage_documents(ctx: GenerationContext) -> pd.DataFrame:
+    """Step 2: a fresh document per design prompt (none in the 'no corpus' ablation)."""
+    corpus = ctx.cfg.corpus
+    if not corpus.enabled:
+        return pd.DataFrame()
+    frame = sample_documents(
+        corpus.source,
+        ctx.cfg.designer.documents_per_generation,
+        ctx.seed,
+        max(corpus.max_words, corpus.max_words_tool),
+        endpoint_url=ctx.cfg.store.endpoint_url,
+    )
+    return ctx.write("documents", frame, "documents")
+
+
+def _truncate(text: str, words: int) -> str:
+    return " ".join(text.split()[:words])
+
+
+def stage_design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator, memory: Memory) -> pd.DataFrame:
+    """Step 3: G designs per document prompt (one GRPO group each), all in one batched generate call."""
+    cfg, rng = ctx.cfg, random.Random(ctx.seed)
+    prompts: list[tuple[str | None, str, list[dict[str, str]]]] = []
+    for i, skill in enumerate(prompt_plan(ctx)):
+        doc_id, text = None, None
+        if not documents.empty:
+            doc = documents.iloc[i % len(documents)]
+            budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
+            doc_id, text = str(doc.doc_id), _truncate(str(doc.text), budget)
+        positives = [_example(e) for e in memory.positives(skill, cfg.designer.memory_positive, rng)]
+        negatives = [_example(e) for e in memory.negatives(cfg.designer.memory_negative, rng)]
+        prompts.append((doc_id, skill, design_messages(text, skill, cfg.designer.difficulty, positives, negatives)))
+    group = cfg.designer.group_size
+    requests = [GenerationRequest(messages=m, seed=rng.getrandbits(31)) for _, _, m in prompts for _ in range(group)]
+    params = SamplingParams.from_config(cfg.model, max_new_tokens=cfg.designer.max_new_tokens, seed=ctx.seed)
+    completions = generator.generate(requests, params)
+    rows = []
+    for p, (doc_id, skill, messages) in enumerate(prompts):
+        group_id = design_id_for(ctx.run_id, ctx.gen, doc_id, skill, -1 - p)
+        for g in range(group):
+            completion = completions[p * group + g]
+            rows.append(
+                design_row(
+                    design_id=design_id_for(ctx.run_id, ctx.gen, doc_id, skill, p * group + g),
+                    doc_id=doc_id,
+                    group_id=group_id,
+                    skill=skill,
+                    messages=messages,
+                    completion=completion.text,
+                    model_ref=generator.model_ref,
+                )
+            )
+    return ctx.write("designs", pd.DataFrame(rows), "design")
+
+
+def _example(entry: Any) -> MemoryExample:
+    return MemoryExample(skill=entry.skill, code=entry.code, win_rate=entry.win_rate, regret=entry.regret)
+
+
+def _validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[str, Any]]:
+    with_code = designs[designs["code"].notna()]
+    results = validate_many(list(with_code["code"]), ctx.cfg.validation)
+    by_design = {d: r.as_row() for d, r in zip(with_code["design_id"], results, strict=True)}
+    rows = []
+    for d in designs.itertuples():
+        row = by_design.get(d.design_id) or {
+            "env_id": None,
+            "ok": False,
+            "error_type": "syntax_error",
+            "message": "no ```python block in the reply",
+            "checks": {},
+            "seconds": 0.0,
+        }
+        rows.append({"design_id": d.design_id, **row})
+    return rows
+
+
+def stage_validate(
+    ctx: GenerationContext, designs: pd.DataFrame, generator: Generator | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Step 4: validate every design in the jail; optional repair rounds feed the error back.
+
+    Returns (designs, validations); repaired designs replace their originals in the designs table.
+    """
+    rows = _validation_rows(ctx, designs)
+    for _ in range(ctx.cfg.designer.repair_rounds if generator is not None else 0):
+        failed = [i for i, r in enumerate(rows) if not r["ok"]]
+        if not failed:
+            break
+        assert generator is not None
+        params = SamplingParams.from_config(
+            ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=ctx.seed + 1
+        )
+        requests = []
+        for i in failed:
+            d = designs.iloc[i]
+            messages = _messages(d.prompt)
+            requests.append(
+                GenerationRequest(
+                    messages=repair_messages(messages, d.completion, rows[i]["error_type"], rows[i]["message"] or "")
+                )
+            )
+        replies = generator.generate(requests, params)
+        designs = designs.copy()
+        for i, reply in zip(failed, replies, strict=True):
+            d = designs.iloc[i]
+            repaired = design_row(
+                design_id=d.design_id,
+                doc_id=d.doc_id,
+                group_id=d.group_id,
+                skill=d.skill,
+                messages=_messages(d.prompt),
+                completion=reply.text,
+                model_ref=d.model_ref,
+            )
+            designs.iloc[i] = pd.Series(repaired)
+        rows = _validation_rows(ctx, designs)
+        ctx.write("designs", designs, "design")
+    return designs, ctx.write("validations", pd.DataFrame(rows), "validate")
+
+
+def _messages(prompt_json: str) -> list[dict[str, str]]:
+    import json
+
+    return list(json.loads(prompt_json))
+
+
+def pool(ctx: GenerationContext, designs: pd.DataFrame, validations: pd.DataFrame, memory: Memory) -> pd.DataFrame:
+    """The environments played this generation: new valid designs, plus ``rollout.replay_envs`` from
+    memory (PLR-style; highest regret in band; seed environments at first)."""
+    valid = validations[validations["ok"]].merge(designs[["design_id", "skill", "kind", "code"]], on="design_id")
+    frame = valid[["env_id", "design_id", "skill", "kind", "code"]].drop_duplicates("env_id")
+    replay = memory.replay(ctx.cfg.rollout.replay_envs, exclude=set(frame["env_id"]))
+    extra = pd.DataFrame(
+        [{"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code} for e in replay],
+        columns=frame.columns,
+    )
+    return pd.concat([frame, extra], ignore_index=True) if not extra.empty else frame.reset_index(drop=True)
+
+
+def stage_hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> pd.DataFrame:
+    """Step 5: one hint per environment from its source; leaks of the played seeds' solutions flagged."""
+    if envs.empty:
+        return pd.DataFrame()
+    max_words = ctx.cfg.rollout.hint_max_words
+    requests = [GenerationRequest(messages=hint_messages(e.code, e.kind, max_words)) for e in envs.itertuples()]
+    params = SamplingParams.from_config(ctx.cfg.model, max_new_tokens=max(32, 2 * max_words), seed=ctx.seed + 2)
+    replies = generator.generate(requests, params)
+    solutions = run_parallel(lambda code: _solutions(ctx, code), list(envs["code"]), ctx.cfg.validation.parallel_jails)
+    rows = [
+        hint_row(e.env_id, clean_hint(r.text, max_words), sols, generator.model_ref)
+        for e, r, sols in zip(envs.itertuples(), replies, solutions, strict=True)
+    ]
+    return ctx.write("hints", pd.DataFrame(rows), "hint")
+
+
+def _seeds(ctx: GenerationContext) -> list[int]:
+    return [ctx.seed + s for s in range(ctx.cfg.rollout.seeds_per_env)]
+
+
+def _solutions(ctx: GenerationContext, code: str) -> list[str]:
+    """Reference solutions of the seeds that will be played (for leak detection), from the jail."""
+    out = []
+    with EnvSession(
+        code,
+        max_turns=ctx.cfg.rollout.max_turns,
+        limits=limits_from_config(ctx.cfg.validation),
+        call_timeout_s=ctx.cfg.validation.call_timeout_s,
+    ) as session:
+        if session.open().ok:
+            for seed in _seeds(ctx):
+                if session.reset(seed).ok and (sol := session.solution()).ok:
+                    out.append(str(sol.data["solution"]))
+    return out
+
+
+def stage_rollouts(
+    ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator
+) -> pd.DataFrame:
+    """Step 6: G no-hint and M hinted plays per environment and seed, all batched together."""
+    if envs.empty:
+        return pd.DataFrame()
+    hint_of = dict(zip(hints["env_id"], hints["hint"], strict=True)) if not hints.empty else {}
+    specs = []
+    for e in envs.itertuples():
+        specs += plan_episodes(e.env_id, e.code, ctx.cfg.rollout, hint_of.get(e.env_id) or None, base_seed=ctx.seed)
+    engine = RolloutEngine.from_config(ctx.cfg, generator)
+    return ctx.write("episodes", pd.DataFrame(engine.run(specs)), "rollout")
+
+
+def stage_score(
+    ctx: GenerationContext, designs: pd.DataFrame, validations: pd.DataFrame, envs: pd.DataFrame, episodes: pd.DataFrame
+) -> pd.DataFrame:
+    """Step 7: win rate, regret and designer reward per environment; invalid designs get the invalid reward."""
+    # Designs whose reply held no code have no environment to score: the trainer gives them the invalid
+    # reward directly. Every other design (valid or not) gets its environment's row.
+    merged = designs[["design_id", "skill"]].merge(validations[["design_id", "env_id", "ok"]], on="design_id")
+    merged = merged[merged["env_id"].notna()]
+    new = pd.DataFrame(
+        {
+            "env_id": merged["env_id"],
+            "design_id": merged["design_id"],
+            "skill": merged["skill"],
+            "valid": merged["ok"].astype(bool),
+        }
+    )
+    replayed = envs[envs["design_id"].isna()]
+    replay = pd.DataFrame({"env_id": replayed["env_id"], "design_id": None, "skill": replayed["skill"], "valid": True})
+    # Two designs with identical code share one env_id and each keep their row (and reward).
+    table = pd.concat([new, replay], ignore_index=True)
+    episodes = (
+        episodes
+        if not episodes.empty
+        else pd.DataFrame(columns=["env_id", "condition", "episode_return", "error_type"])
+    )
+    return ctx.write("env_scores", score_environments(episodes, table, ctx.cfg.scoring), "score")
+
+
+def stage_memory(ctx: GenerationContext, memory: Memory, envs: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
+    """Step 8: add each scored environment to the FIFO memory and persist the snapshot of this generation."""
+    memory.add_scored(scores, envs, ctx.gen)
+    memory.save(ctx.store, ctx.run_id, ctx.gen)
+    return memory.to_frame()
+
+
+@dataclass
+class GenerationResult:
+    documents: pd.DataFrame
+    designs: pd.DataFrame
+    validations: pd.DataFrame
+    envs: pd.DataFrame
+    hints: pd.DataFrame
+    episodes: pd.DataFrame
+    scores: pd.DataFrame
+    memory: pd.DataFrame
+
+
+def run_generation(ctx: GenerationContext, generator: Generator) -> GenerationResult:
+    """Steps 2–8 of one generation, in order (training is separate). Memory continues from the snapshot
+    of generation ``gen - 1`` (the seed library when there is none)."""
+    memory = Memory.load(ctx.store, ctx.run_id, ctx.gen - 1, ctx.cfg.memory)
+    documents = stage_documents(ctx)
+    designs = stage_design(ctx, documents, generator, memory)
+    designs, validations = stage_validate(ctx, designs, generator)
+    envs = pool(ctx, designs, validations, memory)
+    hints = stage_hints(ctx, envs, generator)
+    episodes = stage_rollouts(ctx, envs, hints, generator)
+    scores = stage_score(ctx, designs, validations, envs, episodes)
+    snapshot = stage_memory(ctx, memory, envs, scores)
+    return GenerationResult(documents, designs, validations, envs, hints, episodes, scores, snapshot)

@@ -1,0 +1,214 @@
+"""The environment memory (DESIGN.md §7 steps 3 and 8): a FIFO of scored environments for the designer prompt.
+
+Rules (SPADE, arXiv 2608.19197, as summarised in DESIGN.md §7; constants from
+:class:`~spade_core.config.MemoryConfig`, paper defaults in brackets):
+
+- **Add** (step 8): every scored environment (env_id, skill, kind, code, win rate, regret, gen). Adding an
+  env_id already held replaces its entry and moves it to the newest position (a replayed environment
+  carries its latest measurement). Beyond ``capacity`` [200] the oldest entries are evicted.
+- **Positives** (step 3): same skill, ``lo <= win_rate <= hi`` [0.15, 0.85], "top regret". Here "top" is
+  precise: in-band entries sorted by regret, highest first (ties: newest first); the pool is the first
+  ``2k``; with an rng, ``k`` are sampled from the pool without replacement, else the first ``k`` are taken.
+  Returned highest regret first. The pool of 2k rather than the top k is our choice: it varies the examples
+  between the prompts of one generation while keeping them near the top.
+- **Negatives** (step 3): any skill, ``win_rate > negative_high`` [0.9] or ``< negative_low`` [0.1]; with an
+  rng, ``k`` sampled uniformly without replacement, else the ``k`` newest. Win rates in (0.85, 0.9] or
+  [0.1, 0.15) are neither positive nor negative.
+- **Replay** (step 6, beyond the paper): the top ``k`` in-band entries of any skill by regret.
+- Sampling is deterministic given the rng's seed. ``enabled = False`` (the "no memory" ablation) makes
+  both retrievals return ``[]``; adding and persistence still work.
+- **Seeding**: the shipped seed environments have never been played, so they enter with
+  ``win_rate = 0.5`` (mid-band: usable as positives from the first generation), ``regret = 0.0`` (so any
+  measured positive regret outranks them) and ``gen_added = 0``.
+- **Persistence**: one full snapshot per generation in the ``memory`` table (stage ``memory``), rows
+  oldest to newest. The snapshot of generation g is the memory after step 8 of g; generation g's designer
+  reads ``Memory.load(store, run_id, gen=g - 1)``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from spade_core.config import GAME_SKILLS, TOOL_SKILLS, MemoryConfig
+from spade_core.envs.seeds import SeedEnv, load_seed_envs
+from spade_core.schemas import SCHEMAS
+from spade_core.store import Store
+
+MEMORY_COLUMNS: tuple[str, ...] = tuple(SCHEMAS["memory"].names)
+SEED_WIN_RATE = 0.5
+SEED_REGRET = 0.0
+SEED_GEN = 0
+STAGE = "memory"
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    """One remembered environment and what the agent did on it when it was last scored."""
+
+    env_id: str
+    skill: str
+    kind: str
+    code: str
+    win_rate: float
+    regret: float
+    gen_added: int
+
+
+def skill_kind(skill: str) -> str:
+    """'game' or 'tool' for a skill key; an unknown skill is an error naming it."""
+    if skill in GAME_SKILLS:
+        return "game"
+    if skill in TOOL_SKILLS:
+        return "tool"
+    raise ValueError(f"unknown skill {skill!r}; skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}")
+
+
+def _rng(rng: random.Random | int | None) -> random.Random | None:
+    return random.Random(rng) if isinstance(rng, int) else rng
+
+
+class Memory:
+    """FIFO environment memory: insertion order is age, the last entry is the newest."""
+
+    def __init__(self, cfg: MemoryConfig | None = None, entries: Iterable[MemoryEntry] = ()) -> None:
+        self.cfg = cfg if cfg is not None else MemoryConfig()
+        self._entries: OrderedDict[str, MemoryEntry] = OrderedDict()
+        for entry in entries:
+            self.add(entry)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[MemoryEntry]:
+        return iter(self._entries.values())
+
+    def __contains__(self, env_id: object) -> bool:
+        return env_id in self._entries
+
+    def get(self, env_id: str) -> MemoryEntry | None:
+        return self._entries.get(env_id)
+
+    # -- adding (step 8) --------------------------------------------------------------------------------
+    def add(self, entry: MemoryEntry) -> None:
+        """Insert ``entry`` as the newest; replace an entry with the same env_id; evict the oldest."""
+        self._entries.pop(entry.env_id, None)
+        self._entries[entry.env_id] = entry
+        while len(self._entries) > self.cfg.capacity:
+            self._entries.popitem(last=False)
+
+    def add_scored(self, scores: pd.DataFrame, envs: pd.DataFrame, gen: int) -> int:
+        """Add every valid scored environment of generation ``gen``; returns how many were added.
+
+        Args:
+            scores: env_scores rows (:func:`spade_core.scoring.score_environments`).
+            envs: ``env_id`` and ``code`` of the same environments, and ``valid`` where some are invalid
+                (no ``valid`` column: every row ran); extra columns are ignored.
+            gen: the generation that scored them.
+        """
+        ran = envs["valid"].astype(bool) if "valid" in envs.columns else pd.Series(True, index=envs.index)
+        valid = envs.loc[ran, ["env_id", "code"]].drop_duplicates("env_id")
+        code_of = dict(zip(valid["env_id"], valid["code"], strict=True))
+        added = 0
+        for row in scores.drop_duplicates("env_id").itertuples(index=False):
+            if row.env_id not in code_of:
+                continue  # invalid designs are not environments to show the designer
+            env_id, skill = str(row.env_id), str(row.skill)
+            win, regret = float(row.win_rate), float(row.regret)
+            self.add(MemoryEntry(env_id, skill, skill_kind(skill), str(code_of[env_id]), win, regret, gen))
+            added += 1
+        return added
+
+    def seed_from_library(self, seeds: Iterable[SeedEnv] | None = None) -> None:
+        """Add the seed environments (default: ``load_seed_envs()``) with the never-played values above."""
+        for seed in load_seed_envs() if seeds is None else seeds:
+            self.add(MemoryEntry(seed.env_id, seed.skill, seed.kind, seed.code, SEED_WIN_RATE, SEED_REGRET, SEED_GEN))
+
+    @classmethod
+    def seeded(cls, cfg: MemoryConfig | None = None) -> Memory:
+        memory = cls(cfg)
+        memory.seed_from_library()
+        return memory
+
+    # -- retrieval (step 3) -----------------------------------------------------------------------------
+    def _newest_first(self) -> list[MemoryEntry]:
+        return list(reversed(self._entries.values()))
+
+    def positives(self, skill: str, k: int = 2, rng: random.Random | int | None = None) -> list[MemoryEntry]:
+        """Up to ``k`` same-skill, in-band entries from the top ``2k`` by regret, highest regret first."""
+        skill_kind(skill)
+        if not self.cfg.enabled or k <= 0:
+            return []
+        lo, hi = self.cfg.positive_win_rate
+        in_band = [e for e in self._newest_first() if e.skill == skill and lo <= e.win_rate <= hi]
+        pool = sorted(in_band, key=lambda e: -e.regret)[: 2 * k]  # stable sort: ties stay newest first
+        generator = _rng(rng)
+        chosen = pool[:k] if generator is None or len(pool) <= k else generator.sample(pool, k)
+        return sorted(chosen, key=lambda e: -e.regret)
+
+    def negatives(self, k: int = 1, rng: random.Random | int | None = None) -> list[MemoryEntry]:
+        """Up to ``k`` entries of any skill the agent almost always or almost never solves."""
+        if not self.cfg.enabled or k <= 0:
+            return []
+        high, low = self.cfg.negative_high, self.cfg.negative_low
+        candidates = [e for e in self._newest_first() if e.win_rate > high or e.win_rate < low]
+        generator = _rng(rng)
+        return candidates[:k] if generator is None or len(candidates) <= k else generator.sample(candidates, k)
+
+    def replay(self, k: int, exclude: Iterable[str] = ()) -> list[MemoryEntry]:
+        """Up to ``k`` in-band entries of any skill, highest regret first (ties: newest first), for rollouts.
+
+        DESIGN.md §7 step 6 (PLR-style replay, beyond the paper): with only seed environments in memory these
+        are the seeds. Deterministic; ``exclude`` drops env_ids already in the pool. Independent of
+        ``enabled``, which governs the designer prompt only (``rollout.replay_envs = 0`` turns replay off).
+        """
+        lo, hi = self.cfg.positive_win_rate
+        skip = set(exclude)
+        in_band = [e for e in self._newest_first() if lo <= e.win_rate <= hi and e.env_id not in skip]
+        return sorted(in_band, key=lambda e: -e.regret)[: max(k, 0)]
+
+    # -- frames and persistence -------------------------------------------------------------------------
+    def to_frame(self) -> pd.DataFrame:
+        """The memory table's columns, one row per entry, oldest first."""
+        frame = pd.DataFrame([asdict(e) for e in self], columns=list(MEMORY_COLUMNS))
+        return frame.astype({"win_rate": "float64", "regret": "float64", "gen_added": "int64"})
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, cfg: MemoryConfig | None = None) -> Memory:
+        """Entries from memory-table rows in their order (oldest first); extra columns are ignored."""
+        rows = frame[list(MEMORY_COLUMNS)].to_dict("records")
+        entries = [
+            MemoryEntry(
+                env_id=str(r["env_id"]),
+                skill=str(r["skill"]),
+                kind=str(r["kind"]),
+                code=str(r["code"]),
+                win_rate=float(r["win_rate"]),
+                regret=float(r["regret"]),
+                gen_added=int(r["gen_added"]),
+            )
+            for r in rows
+        ]
+        return cls(cfg, entries)
+
+    def save(self, store: Store, run_id: str, gen: int) -> str:
+        """Write the whole snapshot as generation ``gen``'s memory table; rewriting replaces it."""
+        return store.write_table("memory", self.to_frame(), run_id=run_id, gen=gen, stage=STAGE)
+
+    @classmethod
+    def load(cls, store: Store, run_id: str, gen: int | None = None, cfg: MemoryConfig | None = None) -> Memory:
+        """The latest snapshot at or before ``gen`` (None: the latest); the seeded memory when there is none.
+
+        A snapshot with no rows counts as none (the memory never empties once seeded).
+        """
+        frame = store.read_table("memory", run_id=run_id)
+        if gen is not None:
+            frame = frame[frame["gen"] <= gen]
+        if frame.empty:
+            return cls.seeded(cfg)
+        latest = frame[frame["gen"] == frame["gen"].max()]
+        return cls.from_frame(latest, cfg)

@@ -1,0 +1,145 @@
+"""One generation end to end on the tiny preset with the tiny model: documents → designs → validation →
+hints → rollouts (hint and no hint) → scores → memory, and the tables join by id in SQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spade_core.catalog import query
+from spade_core.config import load_config
+from spade_core.generation import GenerationContext, run_generation
+from spade_core.store import Store
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
+
+OVERRIDES = [
+    "designer.documents_per_generation=2",
+    "designer.group_size=2",
+    "designer.max_new_tokens=96",
+    "designer.skills_per_generation=1",
+    "designer.kind=game",
+    "rollout.plays_no_hint=2",
+    "rollout.plays_hint=2",
+    "rollout.max_turns=2",
+    "rollout.max_tokens_per_turn=12",
+    "rollout.replay_envs=2",
+    "rollout.hint_max_words=30",
+    "corpus.max_words=60",
+    "corpus.max_words_tool=60",
+]
+
+
+@pytest.fixture(scope="module")
+def generation(tmp_path_factory: pytest.TempPathFactory, tiny_generator):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("gen-store")
+    cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={root}"])
+    store = Store(str(root))
+    result = run_generation(GenerationContext(cfg, store, "it", 1), tiny_generator)
+    return store, result
+
+
+def test_every_stage_wrote_its_table(generation) -> None:  # type: ignore[no-untyped-def]
+    store, result = generation
+    counts = query(
+        store,
+        "select (select count(*) from documents) d, (select count(*) from designs) x, "
+        "(select count(*) from validations) v, (select count(*) from hints) h, "
+        "(select count(*) from episodes) e, (select count(*) from env_scores) s, "
+        "(select count(*) from memory) m",
+    ).iloc[0]
+    assert counts.d == 2 and counts.x == 4 and counts.v == 4
+    assert counts.h == len(result.envs) >= 2  # the two replayed seed envs at least
+    assert counts.e == len(result.envs) * 4  # 2 no-hint + 2 hinted plays per env
+    assert counts.s >= 2 and counts.m >= 12
+
+
+def test_tables_join_by_id(generation) -> None:  # type: ignore[no-untyped-def]
+    store, _ = generation
+    orphans = query(
+        store,
+        """
+        select
+          (select count(*) from designs x left join documents d using (doc_id) where d.doc_id is null) as designs,
+          (select count(*) from validations v left join designs x using (design_id) where x.design_id is null)
+            as validations,
+          (select count(*) from episodes e left join hints h using (env_id) where h.env_id is null) as episodes,
+          (select count(*) from env_scores s left join (select distinct env_id from episodes) e using (env_id)
+            where e.env_id is null and s.design_id is null) as replayed_scores_without_plays
+    """,
+    ).iloc[0]
+    assert orphans.to_dict() == {"designs": 0, "validations": 0, "episodes": 0, "replayed_scores_without_plays": 0}
+
+
+def test_regret_is_hint_minus_no_hint_in_sql(generation) -> None:  # type: ignore[no-untyped-def]
+    store, _ = generation
+    frame = query(
+        store,
+        """
+        with plays as (
+          select env_id,
+                 avg(episode_return) filter (where condition = 'hint') as r_hint,
+                 avg(episode_return) filter (where condition = 'no_hint') as r_no_hint
+          from episodes group by env_id)
+        select s.env_id, s.regret, s.r_hint, s.r_no_hint, p.r_hint - p.r_no_hint as sql_regret, s.win_rate
+        from env_scores s join plays p using (env_id)
+    """,
+    )
+    assert not frame.empty
+    assert (frame.regret - frame.sql_regret).abs().max() < 1e-12
+    assert (frame.r_hint - (frame.regret + frame.r_no_hint)).abs().max() < 1e-12
+    assert (frame.win_rate == frame.r_no_hint).all()
+
+
+def test_invalid_designs_get_the_invalid_reward(generation) -> None:  # type: ignore[no-untyped-def]
+    store, _ = generation
+    frame = query(
+        store, "select s.designer_reward from env_scores s join validations v using (design_id) where not v.ok"
+    )
+    assert (frame.designer_reward == 0.0).all()
+
+
+def test_memory_snapshot_continues_in_the_next_generation(generation) -> None:  # type: ignore[no-untyped-def]
+    from spade_core.memory import Memory
+
+    store, result = generation
+    again = Memory.load(store, "it", 1)
+    assert {e.env_id for e in again} == set(result.memory["env_id"])
+    assert set(result.envs["env_id"]) <= set(result.memory["env_id"])
+
+
+def test_episodes_carry_hints_in_the_hint_condition(generation) -> None:  # type: ignore[no-untyped-def]
+    store, _ = generation
+    frame = query(
+        store,
+        "select e.transcript[2].content as first, h.hint from episodes e join hints h using "
+        "(env_id) where e.condition = 'hint'",
+    )
+    assert all(f.endswith("HINT: " + h) for f, h in zip(frame["first"], frame["hint"], strict=True) if h)
+
+
+def test_designs_keep_their_group_and_document(generation) -> None:  # type: ignore[no-untyped-def]
+    store, _ = generation
+    groups = query(store, "select group_id, count(*) n, count(distinct doc_id) docs from designs group by all")
+    assert list(groups.n) == [2, 2] and list(groups.docs) == [1, 1]
+
+
+def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    from spade_core.generation import stage_design, stage_documents
+    from spade_core.memory import Memory
+
+    cfg = load_config(
+        "tiny",
+        overrides=[
+            *OVERRIDES,
+            "corpus.enabled=false",
+            "designer.documents_per_generation=1",
+            "designer.group_size=1",
+            "designer.max_new_tokens=8",
+        ],
+    )
+    ctx = GenerationContext(cfg, Store(str(tmp_path)), "abl", 1)
+    documents = stage_documents(ctx)
+    designs = stage_design(ctx, documents, tiny_generator, Memory.seeded(cfg.memory))
+    assert documents.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]

@@ -1,0 +1,252 @@
+"""The environment memory: FIFO, retrieval rules, seeding, persistence, the ablation (DESIGN.md §7 steps 3, 8)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spade_core.config import MemoryConfig, ScoringConfig
+from spade_core.envs.seeds import load_seed_envs
+from spade_core.memory import Memory, MemoryEntry
+from spade_core.schemas import SCHEMAS, to_arrow
+from spade_core.scoring import score_environments
+from spade_core.store import Store
+
+
+def entry(name: str, skill: str = "optimization", win: float = 0.5, regret: float = 0.0, gen: int = 1) -> MemoryEntry:
+    kind = "tool" if skill == "data_retrieval" else "game"
+    return MemoryEntry(name, skill, kind, f"class {name}: ...", win, regret, gen)
+
+
+def ids(entries: list[MemoryEntry] | Memory) -> list[str]:
+    return [e.env_id for e in entries]
+
+
+# -- FIFO ------------------------------------------------------------------------------------------------
+def test_default_capacity_is_the_papers_200() -> None:
+    memory = Memory(entries=[entry(f"e{i}") for i in range(250)])
+    assert len(memory) == 200 and ids(memory)[0] == "e50" and ids(memory)[-1] == "e249"
+
+
+def test_fifo_evicts_the_oldest_beyond_capacity() -> None:
+    memory = Memory(MemoryConfig(capacity=3), [entry(f"e{i}") for i in range(5)])
+    assert ids(memory) == ["e2", "e3", "e4"]
+
+
+def test_adding_an_existing_env_replaces_it_and_makes_it_newest() -> None:
+    memory = Memory(MemoryConfig(capacity=3), [entry("e0"), entry("e1"), entry("e2")])
+    memory.add(entry("e0", win=0.9, regret=0.2, gen=4))
+    assert ids(memory) == ["e1", "e2", "e0"]
+    assert memory.get("e0") == entry("e0", win=0.9, regret=0.2, gen=4)
+    memory.add(entry("e3"))
+    assert ids(memory) == ["e2", "e0", "e3"]  # e1 is now the oldest, not e0
+
+
+# -- positives ---------------------------------------------------------------------------------------------
+def test_positive_band_edges_are_inclusive() -> None:
+    wins = {"lo_out": 0.149, "lo_edge": 0.15, "mid": 0.5, "hi_edge": 0.85, "hi_out": 0.851}
+    memory = Memory(entries=[entry(name, win=win) for name, win in wins.items()])
+    assert sorted(ids(memory.positives("optimization", k=10))) == ["hi_edge", "lo_edge", "mid"]
+
+
+def test_positives_keep_only_the_requested_skill() -> None:
+    memory = Memory(entries=[entry("opt"), entry("logic", skill="logical_deduction", regret=0.9)])
+    assert ids(memory.positives("optimization", k=2)) == ["opt"]
+    assert ids(memory.positives("causal_inference", k=2)) == []
+
+
+def test_positives_without_rng_are_the_top_k_by_regret() -> None:
+    memory = Memory(entries=[entry(f"r{r}", regret=r / 10) for r in (3, 6, 1, 5, 4, 2)])
+    assert ids(memory.positives("optimization", k=2)) == ["r6", "r5"]
+
+
+def test_positives_with_rng_come_from_the_top_2k_by_regret_highest_first() -> None:
+    memory = Memory(entries=[entry(f"r{r}", regret=r / 10) for r in (3, 6, 1, 5, 4, 2)])
+    seen: set[str] = set()
+    for seed in range(50):
+        chosen = memory.positives("optimization", k=2, rng=random.Random(seed))
+        assert len(chosen) == 2 and [e.regret for e in chosen] == sorted((e.regret for e in chosen), reverse=True)
+        seen.update(ids(chosen))
+    assert seen == {"r6", "r5", "r4", "r3"}
+
+
+def test_regret_ties_prefer_the_newest_entry() -> None:
+    memory = Memory(entries=[entry("old", regret=0.1), entry("new", regret=0.1)])
+    assert ids(memory.positives("optimization", k=1)) == ["new"]
+
+
+def test_fewer_candidates_than_k_returns_them_all() -> None:
+    memory = Memory(entries=[entry("a", regret=0.1), entry("b", regret=0.3)])
+    assert ids(memory.positives("optimization", k=5, rng=random.Random(0))) == ["b", "a"]
+
+
+def test_positives_for_an_unknown_skill_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="'optimisation'"):
+        Memory().positives("optimisation")
+
+
+# -- negatives ---------------------------------------------------------------------------------------------
+def test_negatives_are_strictly_above_high_or_below_low_of_any_skill() -> None:
+    wins = {"easy": 0.95, "hard": 0.05, "high_edge": 0.9, "low_edge": 0.1, "mid": 0.5, "solved": 1.0}
+    memory = Memory(
+        entries=[entry(n, skill="data_retrieval" if n == "hard" else "optimization", win=w) for n, w in wins.items()]
+    )
+    assert sorted(ids(memory.negatives(k=10))) == ["easy", "hard", "solved"]
+
+
+def test_negatives_without_rng_are_the_newest() -> None:
+    memory = Memory(entries=[entry("a", win=0.0), entry("b", win=1.0), entry("c", win=0.5)])
+    assert ids(memory.negatives(k=1)) == ["b"]
+
+
+def test_negatives_with_rng_sample_among_all_candidates() -> None:
+    memory = Memory(entries=[entry(f"n{i}", win=0.0) for i in range(5)] + [entry("mid")])
+    seen = {e.env_id for seed in range(50) for e in memory.negatives(k=1, rng=random.Random(seed))}
+    assert seen == {f"n{i}" for i in range(5)}
+
+
+# -- determinism, ablation ---------------------------------------------------------------------------------
+def test_retrieval_is_deterministic_given_the_seed() -> None:
+    memory = Memory(entries=[entry(f"p{i}", regret=i / 20, win=0.5 if i % 3 else 0.0) for i in range(12)])
+
+    def prompts(rng: random.Random) -> list[tuple[list[MemoryEntry], list[MemoryEntry]]]:
+        return [(memory.positives("optimization", 2, rng), memory.negatives(2, rng)) for _ in range(4)]
+
+    assert prompts(random.Random(7)) == prompts(random.Random(7))
+    assert memory.positives("optimization", 2, 7) == memory.positives("optimization", 2, random.Random(7))
+    assert len({tuple(ids(memory.positives("optimization", 2, s))) for s in range(20)}) > 1
+
+
+def test_no_memory_ablation_retrieves_nothing_but_still_records() -> None:
+    memory = Memory(MemoryConfig(enabled=False), [entry("a", regret=0.5), entry("b", win=0.0)])
+    assert memory.positives("optimization", 2, random.Random(0)) == []
+    assert memory.negatives(1, random.Random(0)) == []
+    assert len(memory) == 2
+
+
+def test_k_zero_retrieves_nothing() -> None:
+    memory = Memory(entries=[entry("a"), entry("b", win=0.0)])
+    assert memory.positives("optimization", k=0) == [] and memory.negatives(k=0) == []
+
+
+# -- seeding -----------------------------------------------------------------------------------------------
+def test_seeded_memory_holds_every_seed_env_as_an_in_band_positive() -> None:
+    seeds = load_seed_envs()
+    memory = Memory.seeded()
+    assert ids(memory) == [s.env_id for s in seeds]
+    for seed in seeds:
+        got = memory.get(seed.env_id)
+        assert got == MemoryEntry(seed.env_id, seed.skill, seed.kind, seed.code, 0.5, 0.0, 0)
+        assert ids(memory.positives(seed.skill, k=2)) == [seed.env_id]
+    assert memory.negatives(k=1) == []
+
+
+# -- frames and persistence --------------------------------------------------------------------------------
+def test_to_frame_has_exactly_the_memory_columns_oldest_first() -> None:
+    frame = Memory(entries=[entry("a"), entry("b")]).to_frame()
+    assert list(frame.columns) == SCHEMAS["memory"].names and frame["env_id"].tolist() == ["a", "b"]
+    to_arrow("memory", frame)
+    to_arrow("memory", Memory().to_frame())
+
+
+def test_save_load_round_trip_restores_entries_in_order(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    memory = Memory.seeded()
+    memory.add(entry("new", regret=0.3, gen=1))
+    memory.save(store, "run", 1)
+    restored = Memory.load(store, "run")
+    assert list(restored) == list(memory)
+    pos = memory.positives("optimization", 2, 3)
+    assert restored.positives("optimization", 2, 3) == pos and ids(pos)[0] == "new"
+
+
+def test_load_takes_the_latest_snapshot_at_or_before_gen(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    Memory(entries=[entry("g1")]).save(store, "run", 1)
+    Memory(entries=[entry("g1"), entry("g3", gen=3)]).save(store, "run", 3)
+    Memory(entries=[entry("other")]).save(store, "other-run", 5)
+    assert ids(Memory.load(store, "run")) == ["g1", "g3"]
+    assert ids(Memory.load(store, "run", gen=2)) == ["g1"]
+    assert ids(Memory.load(store, "run", gen=3)) == ["g1", "g3"]
+
+
+def test_load_without_a_snapshot_gives_the_seeded_memory(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    assert list(Memory.load(store, "run")) == list(Memory.seeded())
+    Memory(entries=[entry("g2")]).save(store, "run", 2)
+    assert list(Memory.load(store, "run", gen=1)) == list(Memory.seeded())
+
+
+def test_saving_a_generation_again_replaces_its_snapshot(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    Memory(entries=[entry("first")]).save(store, "run", 1)
+    Memory(entries=[entry("second")]).save(store, "run", 1)
+    assert len(store.table_files("memory", "run", 1)) == 1
+    assert ids(Memory.load(store, "run", gen=1)) == ["second"]
+
+
+def test_load_applies_the_configured_capacity_keeping_the_newest(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    Memory(entries=[entry(f"e{i}") for i in range(5)]).save(store, "run", 1)
+    restored = Memory.load(store, "run", cfg=MemoryConfig(capacity=2, enabled=False))
+    assert ids(restored) == ["e3", "e4"] and restored.positives("optimization") == []
+
+
+# -- adding scored environments (step 8) -------------------------------------------------------------------
+def test_add_scored_adds_valid_envs_once_with_their_gen_and_skips_invalid() -> None:
+    seed = load_seed_envs()[0]
+    envs = pd.DataFrame(
+        {
+            "env_id": ["A", "A", "C", seed.env_id],
+            "design_id": ["a1", "a2", "c", None],
+            "skill": ["optimization", "optimization", "data_retrieval", seed.skill],
+            "valid": [True, True, False, True],
+            "code": ["class A: ...", "class A: ...", "broken(", seed.code],
+        }
+    )
+    episodes = pd.DataFrame(
+        {
+            "env_id": ["A", "A", seed.env_id, seed.env_id],
+            "condition": ["no_hint", "hint", "no_hint", "hint"],
+            "episode_return": [0.0, 1.0, 1.0, 1.0],
+            "error_type": [None] * 4,
+        }
+    )
+    memory = Memory.seeded()
+    added = memory.add_scored(score_environments(episodes, envs, ScoringConfig()), envs, gen=2)
+    assert added == 2 and "C" not in memory and len(memory) == 13
+    assert ids(memory)[-2:] == ["A", seed.env_id]  # the replayed seed moved to the newest position
+    assert memory.get("A") == MemoryEntry("A", "optimization", "game", "class A: ...", 0.0, 1.0, 2)
+    assert memory.get(seed.env_id) == MemoryEntry(seed.env_id, seed.skill, seed.kind, seed.code, 1.0, 0.0, 2)
+
+
+def test_add_scored_without_a_valid_column_adds_every_env() -> None:
+    envs = pd.DataFrame({"env_id": ["A"], "skill": ["data_retrieval"], "code": ["class A: ..."]})
+    scores = pd.DataFrame({"env_id": ["A"], "skill": ["data_retrieval"], "win_rate": [0.5], "regret": [0.25]})
+    memory = Memory()
+    assert memory.add_scored(scores, envs, gen=3) == 1
+    assert memory.get("A") == MemoryEntry("A", "data_retrieval", "tool", "class A: ...", 0.5, 0.25, 3)
+
+
+# -- replay (step 6) ---------------------------------------------------------------------------------------
+def test_replay_takes_the_top_k_in_band_of_any_skill_by_regret() -> None:
+    memory = Memory(
+        entries=[
+            entry("low", regret=0.1),
+            entry("top_out_of_band", win=0.95, regret=0.9),
+            entry("logic", skill="logical_deduction", regret=0.5),
+            entry("mid", regret=0.3),
+            entry("excluded", regret=0.8),
+        ]
+    )
+    assert ids(memory.replay(2, exclude={"excluded"})) == ["logic", "mid"]
+    assert ids(memory.replay(10)) == ["excluded", "logic", "mid", "low"]
+    assert memory.replay(0) == []
+
+
+def test_replay_from_a_seeded_memory_gives_seed_envs_newest_first() -> None:
+    seeds = load_seed_envs()
+    assert ids(Memory.seeded().replay(2)) == [seeds[-1].env_id, seeds[-2].env_id]

@@ -1,0 +1,261 @@
+"""Scoring formulas pinned against hand-computed values (DESIGN.md §7 step 7)."""
+
+from __future__ import annotations
+
+import doctest
+import math
+import typing
+
+import pandas as pd
+import pytest
+
+from spade_core import scoring
+from spade_core.config import ScoringConfig
+from spade_core.schemas import SCHEMAS, to_arrow
+from spade_core.scoring import (
+    DESIGNER_REWARDS,
+    ScoringError,
+    blend_reward,
+    designer_reward,
+    learnability_reward,
+    plateau,
+    regret,
+    regret_reward,
+    score_environments,
+    solve_rate_reward,
+    summary_metrics,
+    win_rate,
+)
+
+CFG = ScoringConfig()
+
+
+def test_docstring_examples_hold() -> None:
+    result = doctest.testmod(scoring)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize(
+    ("p", "expected"),
+    [(0.4, 1.0), (0.6, 1.0), (0.5, 1.0), (0.3, 0.6), (0.15, 0.0), (0.7, 0.6), (0.85, 0.0), (0.0, 0.0), (1.0, 0.0)],
+)
+def test_plateau_is_one_inside_and_falls_linearly_over_a_quarter(p: float, expected: float) -> None:
+    assert plateau(p) == pytest.approx(expected)
+
+
+def test_plateau_uses_its_edges_and_falloff() -> None:
+    assert plateau(0.2, low=0.3, high=0.5, falloff=0.5) == pytest.approx(0.8)
+    assert plateau(0.75, low=0.3, high=0.5, falloff=0.5) == pytest.approx(0.5)
+
+
+def test_plateau_rejects_inverted_edges_and_zero_falloff() -> None:
+    with pytest.raises(ValueError, match=r"low=0\.6"):
+        plateau(0.5, low=0.6, high=0.4)
+    with pytest.raises(ValueError, match="falloff=0"):
+        plateau(0.5, falloff=0)
+
+
+def test_win_rate_is_the_mean_no_hint_return() -> None:
+    assert win_rate([1.0, 0.0, 0.0, 0.5]) == pytest.approx(0.375)
+
+
+def test_win_rate_of_no_plays_is_an_error() -> None:
+    with pytest.raises(ScoringError, match="undefined"):
+        win_rate([])
+
+
+def test_regret_is_hint_mean_minus_no_hint_mean_and_may_be_negative() -> None:
+    assert regret([1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]) == pytest.approx(0.25)
+    assert regret([0.0, 0.0], [1.0, 0.0]) == pytest.approx(-0.5)
+
+
+def test_regret_without_hinted_plays_is_zero() -> None:
+    assert regret([], [1.0, 0.0]) == 0.0
+
+
+@pytest.mark.parametrize(("r", "term"), [(-0.1, 0.0), (0.0, 0.0), (0.075, 0.5), (0.15, 1.0), (0.3, 1.0)])
+def test_blend_clips_regret_over_its_scale(r: float, term: float) -> None:
+    # win rate 0 puts the plateau term at 0, win rate 0.5 at 1: blend = 0.4 * term (+ 0.6).
+    assert blend_reward(0.0, r, CFG) == pytest.approx(0.4 * term)
+    assert blend_reward(0.5, r, CFG) == pytest.approx(0.4 * term + 0.6)
+
+
+def test_blend_mixes_both_terms() -> None:
+    assert blend_reward(0.3, 0.075, CFG) == pytest.approx(0.4 * 0.5 + 0.6 * 0.6)  # 0.56
+    assert blend_reward(0.85, 0.3, CFG) == pytest.approx(0.4)
+
+
+def test_blend_takes_every_constant_from_the_config() -> None:
+    cfg = ScoringConfig(regret_weight=0.5, regret_scale=0.1, plateau_low=0.2, plateau_high=0.3, plateau_falloff=0.5)
+    # regret term clip(0.05 / 0.1) = 0.5; plateau(0.55) = 1 - 0.25 / 0.5 = 0.5
+    assert blend_reward(0.55, 0.05, cfg) == pytest.approx(0.5 * 0.5 + 0.5 * 0.5)
+
+
+@pytest.mark.parametrize(("r", "expected"), [(-0.3, 0.0), (0.0, 0.0), (0.075, 0.075), (0.3, 0.3)])
+def test_regret_variant_is_positive_part_of_regret(r: float, expected: float) -> None:
+    assert regret_reward(0.5, r, CFG) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("p", "expected"), [(0.5, 1.0), (0.3, 0.6), (0.7, 0.6), (0.15, 0.0), (1.0, 0.0)])
+def test_solve_rate_variant_is_the_plateau_and_ignores_regret(p: float, expected: float) -> None:
+    assert solve_rate_reward(p, 0.3, CFG) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("p", "expected"), [(0.0, 0.0), (1.0, 0.0), (0.25, 0.75), (0.5, 0.5), (0.9, 0.1)])
+def test_learnability_is_absolute_zeros_one_minus_p_strictly_inside(p: float, expected: float) -> None:
+    assert learnability_reward(p, 0.3, CFG) == pytest.approx(expected)
+
+
+def test_registry_covers_every_configurable_variant() -> None:
+    choices = typing.get_args(ScoringConfig.model_fields["designer_reward"].annotation)
+    assert set(DESIGNER_REWARDS) == set(choices)
+
+
+@pytest.mark.parametrize(
+    ("variant", "expected"), [("blend", 0.56), ("regret", 0.075), ("solve_rate", 0.6), ("learnability", 0.7)]
+)
+def test_designer_reward_dispatches_on_the_configured_variant(variant: str, expected: float) -> None:
+    cfg = ScoringConfig(designer_reward=variant)  # type: ignore[arg-type]
+    assert designer_reward(0.3, 0.075, cfg) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("variant", ["blend", "regret", "solve_rate", "learnability"])
+def test_invalid_design_gets_the_invalid_reward_in_every_variant(variant: str) -> None:
+    cfg = ScoringConfig(designer_reward=variant, invalid_reward=-1.0)  # type: ignore[arg-type]
+    assert designer_reward(0.5, 0.3, cfg, valid=False) == -1.0
+
+
+# -- score_environments ------------------------------------------------------------------------------------
+def _episodes() -> pd.DataFrame:
+    rows = [
+        # A: no hint 1, 0, (1 but timed out -> 0), 0 -> 0.25; hint 1, 1, 1, 0 -> 0.75; regret 0.5
+        ("A", "no_hint", 1.0, None),
+        ("A", "no_hint", 0.0, None),
+        ("A", "no_hint", 1.0, "timeout"),
+        ("A", "no_hint", 0.0, None),
+        ("A", "hint", 1.0, None),
+        ("A", "hint", 1.0, None),
+        ("A", "hint", 1.0, None),
+        ("A", "hint", 0.0, "exception"),
+        # B: no hinted plays; partial returns 0.5, 0.5 -> win rate 0.5
+        ("B", "no_hint", 0.5, None),
+        ("B", "no_hint", 0.5, None),
+        # D: a replayed env the agent always solves
+        ("D", "no_hint", 1.0, None),
+        ("D", "no_hint", 1.0, None),
+        ("D", "hint", 1.0, None),
+    ]
+    return pd.DataFrame(rows, columns=["env_id", "condition", "episode_return", "error_type"])
+
+
+def _envs() -> pd.DataFrame:
+    rows = [
+        ("A", "a1", "optimization", True),
+        ("A", "a2", "optimization", True),  # a second design with identical code
+        ("B", "b", "logical_deduction", True),
+        ("C", "c", "data_retrieval", False),
+        ("D", None, "pattern_recognition", True),
+    ]
+    return pd.DataFrame(rows, columns=["env_id", "design_id", "skill", "valid"])
+
+
+def test_score_environments_matches_hand_computed_rows() -> None:
+    scores = score_environments(_episodes(), _envs(), CFG)
+    assert list(scores.columns) == SCHEMAS["env_scores"].names
+    assert to_arrow("env_scores", scores).column("design_id").null_count == 1
+    expected = [
+        # env, design, skill, win_rate, r_hint, r_no_hint, regret, reward (0.4 * clip + 0.6 * plateau)
+        ("A", "a1", "optimization", 0.25, 0.75, 0.25, 0.5, 0.4 * 1 + 0.6 * 0.4),
+        ("A", "a2", "optimization", 0.25, 0.75, 0.25, 0.5, 0.4 * 1 + 0.6 * 0.4),
+        ("B", "b", "logical_deduction", 0.5, 0.0, 0.5, 0.0, 0.6),
+        ("C", "c", "data_retrieval", 0.0, 0.0, 0.0, 0.0, 0.0),
+        ("D", None, "pattern_recognition", 1.0, 1.0, 1.0, 0.0, 0.0),
+    ]
+    for got, want in zip(scores.itertuples(index=False), expected, strict=True):
+        assert (got.env_id, got.skill) == (want[0], want[2])
+        assert got.design_id == want[1] or (want[1] is None and pd.isna(got.design_id))  # pandas 3: NaN in str
+        assert tuple(got)[3:] == pytest.approx(want[3:])
+
+
+def test_error_episodes_count_as_zero_whatever_their_return() -> None:
+    episodes = pd.DataFrame(
+        {
+            "env_id": ["E", "E"],
+            "condition": ["no_hint"] * 2,
+            "episode_return": [1.0, 1.0],
+            "error_type": ["memory", None],
+        }
+    )
+    envs = pd.DataFrame({"env_id": ["E"], "design_id": ["e"], "skill": ["optimization"], "valid": [True]})
+    assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [0.5]
+
+
+def test_invalid_env_scores_zero_with_the_configured_invalid_reward() -> None:
+    cfg = ScoringConfig(invalid_reward=-0.5)
+    row = score_environments(_episodes(), _envs(), cfg).iloc[3]
+    assert row[["win_rate", "r_hint", "r_no_hint", "regret"]].tolist() == [0.0] * 4
+    assert row["designer_reward"] == -0.5
+
+
+def test_score_environments_uses_the_configured_variant() -> None:
+    scores = score_environments(_episodes(), _envs(), ScoringConfig(designer_reward="learnability"))
+    assert scores["designer_reward"].tolist() == pytest.approx([0.75, 0.75, 0.5, 0.0, 0.0])
+
+
+def test_score_environments_with_no_episodes_and_only_invalid_envs() -> None:
+    episodes = _episodes().iloc[:0]
+    scores = score_environments(episodes, _envs().iloc[3:4], CFG)
+    to_arrow("env_scores", scores)
+    assert scores["designer_reward"].tolist() == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda e, v: (e.assign(condition="hinted"), v), "unknown condition"),
+        (lambda e, v: (e, v[v.env_id != "D"]), "not in the envs frame"),
+        (lambda e, v: (e[e.env_id != "B"], v), "'B' has no no_hint episodes"),
+        (lambda e, v: (e.assign(episode_return=float("inf")), v), "non-finite"),
+        (lambda e, v: (e.drop(columns="error_type"), v), "error_type"),
+        (lambda e, v: (e, v.drop(columns="valid")), "valid"),
+    ],
+)
+def test_unscorable_input_is_an_error_naming_the_problem(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    episodes, envs = mutate(_episodes(), _envs())
+    with pytest.raises(ScoringError, match=message):
+        score_environments(episodes, envs, CFG)
+
+
+# -- summary_metrics ---------------------------------------------------------------------------------------
+def test_summary_metrics_are_namespaced_and_hand_computed() -> None:
+    envs = _envs()
+    metrics = summary_metrics(score_environments(_episodes(), envs, CFG), envs["valid"])
+    assert metrics == pytest.approx(
+        {
+            "envs/count": 5.0,
+            "envs/designs": 4.0,  # D is replayed, not designed
+            "envs/valid_fraction": 0.75,
+            "designer/reward_mean": (0.64 + 0.64 + 0.6 + 0.0) / 4,
+            "designer/reward_std": float(pd.Series([0.64, 0.64, 0.6, 0.0]).std(ddof=0)),
+            "designer/regret_mean": 1 / 3,
+            "designer/regret_max": 0.5,
+            "designer/positive_regret_fraction": 2 / 3,
+            "agent/win_rate_mean": (0.25 + 0.25 + 0.5 + 1.0) / 4,
+            "agent/hint_return_mean": (0.75 + 0.75 + 0.0 + 1.0) / 4,
+            "agent/solved_fraction": 0.25,
+            "agent/unsolved_fraction": 0.0,
+        }
+    )
+
+
+def test_summary_metrics_without_valid_rows_are_nan_not_zero() -> None:
+    envs = _envs().iloc[3:4]
+    metrics = summary_metrics(score_environments(_episodes().iloc[:0], envs, CFG), envs["valid"])
+    assert metrics["envs/valid_fraction"] == 0.0 and metrics["designer/reward_mean"] == 0.0
+    assert math.isnan(metrics["designer/regret_mean"]) and math.isnan(metrics["agent/win_rate_mean"])
+
+
+def test_summary_metrics_reject_a_misaligned_valid_mask() -> None:
+    scores = score_environments(_episodes(), _envs(), CFG)
+    with pytest.raises(ScoringError, match="4 values for 5 score rows"):
+        summary_metrics(scores, [True] * 4)
