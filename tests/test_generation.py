@@ -143,3 +143,56 @@ def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_gener
     documents = stage_documents(ctx)
     designs = stage_design(ctx, documents, tiny_generator, Memory.seeded(cfg.memory))
     assert documents.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
+
+
+def test_spade_envs_list_and_show(generation) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from typer.testing import CliRunner
+
+    from spade_core.cli import app
+
+    store, result = generation
+    runner = CliRunner()
+    listed = runner.invoke(app, ["envs", "list", "--store", store.base, "--run-id", "it", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert {r["env_id"] for r in rows} == set(result.designs["env_id"].dropna())
+    env_id = rows[0]["env_id"]
+    shown = runner.invoke(app, ["envs", "show", env_id, "--store", store.base])
+    assert shown.exit_code == 0, shown.output
+    assert f"env {env_id}" in shown.stdout and "validation:" in shown.stdout
+    missing = runner.invoke(app, ["envs", "show", "0" * 16, "--store", store.base])
+    assert missing.exit_code == 2 and "is not in the store's designs table" in missing.stderr
+
+
+def test_spade_design_shows_designs_for_a_text_file(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from spade_core.cli import app
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The Tower of Hanoi is a puzzle with three rods and disks of different sizes.")
+    result = CliRunner().invoke(
+        app,
+        [
+            "design",
+            "--text",
+            str(doc),
+            "--skill",
+            "optimization",
+            "--n",
+            "1",
+            "--json",
+            "--set",
+            "designer.max_new_tokens=16",
+            "--store",
+            str(tmp_path / "st"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert row["skill"] == "optimization" and isinstance(row["completion"], str)
+    assert row["ok"] in (True, False) and (row["code"] is None) == (row["env_id"] is None)
