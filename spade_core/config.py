@@ -91,6 +91,12 @@ class DesignerConfig(_Section):
     repair_rounds: int = Field(0, ge=0, description="Rounds that feed validation errors back.")
     max_new_tokens: int = Field(2048, gt=0, description="Tokens per design.")
     train: bool = Field(True, description="False = the 'no designer training' ablation.")
+    fixed_pool: str | None = Field(
+        None,
+        pattern=r"^(seeds|run:[A-Za-z0-9][A-Za-z0-9_.\-]*)$",
+        description="Fixed-environment baseline: no designer; the agent plays 'seeds' (the seed library) or "
+        "'run:RUN_ID' (the valid environments stored by that run). None = SPADE.",
+    )
 
 
 class ValidationConfig(_Section):

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from sandbox.session import EnvSession, run_parallel
+from spade_core.catalog import query
 from spade_core.config import SpadeConfig
 from spade_core.corpus import sample_documents
 from spade_core.design import (
@@ -28,6 +29,7 @@ from spade_core.design import (
     skill_kind,
     skills_for_generation,
 )
+from spade_core.envs.seeds import load_seed_envs
 from spade_core.hints import clean_hint, hint_messages, hint_row
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
@@ -299,14 +301,43 @@ class GenerationResult:
     memory: pd.DataFrame
 
 
+def fixed_pool(ctx: GenerationContext) -> pd.DataFrame:
+    """The fixed-environment baseline's pool: the seed library, or the valid environments of a stored run."""
+    source = ctx.cfg.designer.fixed_pool or "seeds"
+    if source == "seeds":
+        rows = [
+            {"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code}
+            for e in load_seed_envs()
+        ]
+        return pd.DataFrame(rows)
+    run = source.removeprefix("run:")
+    frame = query(
+        ctx.store,
+        "select distinct d.env_id, cast(null as varchar) as design_id, d.skill, d.kind, d.code "
+        "from designs d join validations v on v.design_id = d.design_id and v.run_id = d.run_id "
+        "where v.ok and d.run_id = ? order by d.env_id",
+        [run],
+    )
+    if frame.empty:
+        raise ValueError(f"designer.fixed_pool {source!r}: run {run!r} has no valid environments in the store")
+    return frame.drop_duplicates("env_id").reset_index(drop=True)
+
+
 def run_generation(ctx: GenerationContext, generator: Generator) -> GenerationResult:
     """Steps 2–8 of one generation, in order (training is separate). Memory continues from the snapshot
-    of generation ``gen - 1`` (the seed library when there is none)."""
+    of generation ``gen - 1`` (the seed library when there is none). With ``designer.fixed_pool`` set
+    (the fixed-environment baseline) there are no documents, designs or validations: the agent plays
+    the fixed pool."""
     memory = Memory.load(ctx.store, ctx.run_id, ctx.gen - 1, ctx.cfg.memory)
-    documents = stage_documents(ctx)
-    designs = stage_design(ctx, documents, generator, memory)
-    designs, validations = stage_validate(ctx, designs, generator)
-    envs = pool(ctx, designs, validations, memory)
+    if ctx.cfg.designer.fixed_pool:
+        documents = designs = pd.DataFrame(columns=["design_id", "skill", "doc_id"])
+        validations = pd.DataFrame(columns=["design_id", "env_id", "ok"])
+        envs = fixed_pool(ctx)
+    else:
+        documents = stage_documents(ctx)
+        designs = stage_design(ctx, documents, generator, memory)
+        designs, validations = stage_validate(ctx, designs, generator)
+        envs = pool(ctx, designs, validations, memory)
     hints = stage_hints(ctx, envs, generator)
     episodes = stage_rollouts(ctx, envs, hints, generator)
     scores = stage_score(ctx, designs, validations, envs, episodes)

@@ -196,3 +196,85 @@ def test_spade_design_shows_designs_for_a_text_file(tmp_path: Path) -> None:
     (row,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert row["skill"] == "optimization" and isinstance(row["completion"], str)
     assert row["ok"] in (True, False) and (row["code"] is None) == (row["env_id"] is None)
+
+
+def test_fixed_pool_of_seeds_is_the_whole_library(tmp_path: Path) -> None:
+    from spade_core.generation import fixed_pool
+
+    cfg = load_config("tiny", overrides=["designer.fixed_pool=seeds"])
+    envs = fixed_pool(GenerationContext(cfg, Store(str(tmp_path)), "base", 1))
+    assert len(envs) == 12 and envs["design_id"].isna().all() and envs["code"].str.contains("def reset").all()
+
+
+def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    from spade_core.envs.seeds import load_seed_envs
+
+    store = Store(str(tmp_path))
+    env = next(e for e in load_seed_envs() if e.skill == "pattern_recognition")
+    store.write_table(
+        "designs",
+        pd.DataFrame(
+            [
+                {
+                    "design_id": "d1",
+                    "doc_id": None,
+                    "group_id": "g",
+                    "skill": env.skill,
+                    "kind": env.kind,
+                    "prompt": "[]",
+                    "completion": "",
+                    "code": env.code,
+                    "env_id": env.env_id,
+                    "model_ref": "m",
+                }
+            ]
+        ),
+        run_id="src",
+        gen=1,
+        stage="design",
+    )
+    store.write_table(
+        "validations",
+        pd.DataFrame(
+            [
+                {
+                    "design_id": "d1",
+                    "env_id": env.env_id,
+                    "ok": True,
+                    "error_type": None,
+                    "message": None,
+                    "checks": {},
+                    "seconds": 0.1,
+                }
+            ]
+        ),
+        run_id="src",
+        gen=1,
+        stage="validate",
+    )
+    cfg = load_config(
+        "tiny",
+        overrides=[
+            *OVERRIDES,
+            "designer.fixed_pool=run:src",
+            "rollout.max_turns=1",
+            "rollout.max_tokens_per_turn=6",
+            "rollout.hint_max_words=12",
+        ],
+    )
+    result = run_generation(GenerationContext(cfg, store, "base", 1), tiny_generator)
+    assert result.designs.empty and list(result.envs["env_id"]) == [env.env_id]
+    counts = query(
+        store,
+        "select (select count(*) from designs where run_id = 'base') x, "
+        "(select count(*) from env_scores) s, (select count(*) from episodes) e",
+    ).iloc[0]
+    assert (counts.x, counts.s, counts.e) == (0, 1, 4)
+
+
+def test_fixed_pool_from_a_run_without_valid_envs_fails_clearly(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    cfg = load_config("tiny", overrides=["designer.fixed_pool=run:nothing"])
+    with pytest.raises(ValueError, match="run 'nothing' has no valid environments in the store"):
+        run_generation(GenerationContext(cfg, Store(str(tmp_path)), "base", 1), tiny_generator)
