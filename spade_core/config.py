@@ -143,7 +143,10 @@ class MemoryConfig(_Section):
     negative_high: float = Field(0.9, description="Negative example: win rate above this [0.9].")
     negative_low: float = Field(0.1, description="Negative example: win rate below this [0.1].")
     enabled: bool = Field(True, description="False = the 'no memory' ablation.")
-    novelty_threshold: float | None = Field(None, description="Cosine similarity above which a design is rejected.")
+    novelty_threshold: float | None = Field(
+        None, description="Reject a valid design whose MiniLM cosine similarity to a memory env exceeds this."
+    )
+    report_diversity: bool = Field(True, description="Vendi score of each generation's pool (MiniLM embeddings).")
 
 
 class TrainingConfig(_Section):

@@ -33,6 +33,7 @@ from spade_core.envs.seeds import load_seed_envs
 from spade_core.hints import clean_hint, hint_messages, hint_row
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
+from spade_core.novelty import default_embedder, novelty_filter, pool_diversity
 from spade_core.rollout import RolloutEngine, plan_episodes
 from spade_core.scoring import score_environments
 from spade_core.store import Store
@@ -142,7 +143,7 @@ def _validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict
 
 
 def stage_validate(
-    ctx: GenerationContext, designs: pd.DataFrame, generator: Generator | None = None
+    ctx: GenerationContext, designs: pd.DataFrame, generator: Generator | None = None, memory: Memory | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Step 4: validate every design in the jail; optional repair rounds feed the error back.
 
@@ -182,7 +183,27 @@ def stage_validate(
             designs.iloc[i] = pd.Series(repaired)
         rows = _validation_rows(ctx, designs)
         ctx.write("designs", designs, "design")
+    threshold = ctx.cfg.memory.novelty_threshold
+    if threshold is not None and memory is not None:
+        _reject_similar(rows, designs, [e.code for e in memory], threshold)
     return designs, ctx.write("validations", pd.DataFrame(rows), "validate")
+
+
+def _reject_similar(
+    rows: list[dict[str, Any]], designs: pd.DataFrame, memory_codes: list[str], threshold: float
+) -> None:
+    """The optional novelty filter: a valid design too close to memory (or to an earlier design) is rejected."""
+    valid = [i for i, r in enumerate(rows) if r["ok"]]
+    codes = [str(designs.iloc[i]["code"]) for i in valid]
+    for i, (accepted, similarity) in zip(
+        valid, novelty_filter(codes, memory_codes, threshold, default_embedder()), strict=True
+    ):
+        if not accepted:
+            rows[i].update(
+                ok=False,
+                error_type="not_novel",
+                message=f"cosine similarity {similarity:.3f} to a known environment > {threshold}",
+            )
 
 
 def _messages(prompt_json: str) -> list[dict[str, str]]:
@@ -299,6 +320,7 @@ class GenerationResult:
     episodes: pd.DataFrame
     scores: pd.DataFrame
     memory: pd.DataFrame
+    diversity: float | None  # Vendi score of the pool's code embeddings (memory.report_diversity)
 
 
 def fixed_pool(ctx: GenerationContext) -> pd.DataFrame:
@@ -336,10 +358,13 @@ def run_generation(ctx: GenerationContext, generator: Generator) -> GenerationRe
     else:
         documents = stage_documents(ctx)
         designs = stage_design(ctx, documents, generator, memory)
-        designs, validations = stage_validate(ctx, designs, generator)
+        designs, validations = stage_validate(ctx, designs, generator, memory)
         envs = pool(ctx, designs, validations, memory)
     hints = stage_hints(ctx, envs, generator)
     episodes = stage_rollouts(ctx, envs, hints, generator)
     scores = stage_score(ctx, designs, validations, envs, episodes)
     snapshot = stage_memory(ctx, memory, envs, scores)
-    return GenerationResult(documents, designs, validations, envs, hints, episodes, scores, snapshot)
+    diversity = None
+    if ctx.cfg.memory.report_diversity and not envs.empty:
+        diversity = pool_diversity(list(envs["code"]), default_embedder())
+    return GenerationResult(documents, designs, validations, envs, hints, episodes, scores, snapshot, diversity)

@@ -278,3 +278,38 @@ def test_fixed_pool_from_a_run_without_valid_envs_fails_clearly(tmp_path: Path, 
     cfg = load_config("tiny", overrides=["designer.fixed_pool=run:nothing"])
     with pytest.raises(ValueError, match="run 'nothing' has no valid environments in the store"):
         run_generation(GenerationContext(cfg, Store(str(tmp_path)), "base", 1), tiny_generator)
+
+
+def test_pool_diversity_is_reported(generation) -> None:  # type: ignore[no-untyped-def]
+    _, result = generation
+    assert result.diversity is not None and 1.0 <= result.diversity <= len(result.envs) + 1e-6
+
+
+def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from spade_core.generation import stage_validate
+    from spade_core.memory import Memory
+
+    cfg = load_config("tiny", overrides=["memory.novelty_threshold=0.95"])
+    memory = Memory.seeded(cfg.memory)
+    copied = next(iter(memory)).code + "\n# a cosmetic change\n"
+    designs = pd.DataFrame(
+        [
+            {
+                "design_id": "d1",
+                "doc_id": None,
+                "group_id": "g",
+                "skill": "optimization",
+                "kind": "game",
+                "prompt": "[]",
+                "completion": "",
+                "code": copied,
+                "env_id": "e",
+                "model_ref": "m",
+            }
+        ]
+    )
+    _, validations = stage_validate(GenerationContext(cfg, Store(str(tmp_path)), "nov", 1), designs, None, memory)
+    row = validations.iloc[0]
+    assert (bool(row.ok), row.error_type) == (False, "not_novel") and "cosine similarity" in row.message
