@@ -38,6 +38,15 @@ TOOL_SKILLS = (
 )
 
 
+def skill_kind(skill: str) -> str:
+    """'game' or 'tool' for a skill key; an unknown skill is an error naming it."""
+    if skill in GAME_SKILLS:
+        return "game"
+    if skill in TOOL_SKILLS:
+        return "tool"
+    raise ValueError(f"unknown skill {skill!r}; skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}")
+
+
 class ConfigError(ValueError):
     """A configuration problem, with a one-line message naming the key and the bad value."""
 

@@ -13,10 +13,9 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig
+from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, skill_kind
 from spade_core.envs.contract import CONTRACT, env_id_for
 
 SKILL_TEXT = {skill: skill.replace("_", " ") for skill in GAME_SKILLS + TOOL_SKILLS}
@@ -29,22 +28,21 @@ DESIGNER_SYSTEM = (
 _FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[ \t]*\n(?P<body>.*?)(?:```|\Z)", re.S)
 
 
-@dataclass(frozen=True)
-class MemoryExample:
-    """An environment from memory shown to the designer, with what the agent did on it."""
+class MemoryExample(Protocol):
+    """An environment from memory shown to the designer, with what the agent did on it
+    (:class:`spade_core.memory.MemoryEntry` is one)."""
 
-    skill: str
-    code: str
-    win_rate: float
-    regret: float
+    @property
+    def skill(self) -> str: ...
 
+    @property
+    def code(self) -> str: ...
 
-def skill_kind(skill: str) -> str:
-    if skill in GAME_SKILLS:
-        return "game"
-    if skill in TOOL_SKILLS:
-        return "tool"
-    raise ValueError(f"unknown skill {skill!r}; skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}")
+    @property
+    def win_rate(self) -> float: ...
+
+    @property
+    def regret(self) -> float: ...
 
 
 def skills_for_generation(gen: int, cfg: DesignerConfig) -> list[str]:

@@ -21,7 +21,6 @@ from spade_core.catalog import query
 from spade_core.config import SpadeConfig
 from spade_core.corpus import sample_documents
 from spade_core.design import (
-    MemoryExample,
     design_id_for,
     design_messages,
     design_row,
@@ -94,8 +93,8 @@ def stage_design(ctx: GenerationContext, documents: pd.DataFrame, generator: Gen
             doc = documents.iloc[i % len(documents)]
             budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
             doc_id, text = str(doc.doc_id), _truncate(str(doc.text), budget)
-        positives = [_example(e) for e in memory.positives(skill, cfg.designer.memory_positive, rng)]
-        negatives = [_example(e) for e in memory.negatives(cfg.designer.memory_negative, rng)]
+        positives = memory.positives(skill, cfg.designer.memory_positive, rng)
+        negatives = memory.negatives(cfg.designer.memory_negative, rng)
         prompts.append((doc_id, skill, design_messages(text, skill, cfg.designer.difficulty, positives, negatives)))
     group = cfg.designer.group_size
     requests = [GenerationRequest(messages=m, seed=rng.getrandbits(31)) for _, _, m in prompts for _ in range(group)]
@@ -118,10 +117,6 @@ def stage_design(ctx: GenerationContext, documents: pd.DataFrame, generator: Gen
                 )
             )
     return ctx.write("designs", pd.DataFrame(rows), "design")
-
-
-def _example(entry: Any) -> MemoryExample:
-    return MemoryExample(skill=entry.skill, code=entry.code, win_rate=entry.win_rate, regret=entry.regret)
 
 
 def _validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from spade_core.config import GAME_SKILLS, TOOL_SKILLS, MemoryConfig
+from spade_core.config import MemoryConfig, skill_kind
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
 from spade_core.schemas import SCHEMAS
 from spade_core.store import Store
@@ -57,15 +57,6 @@ class MemoryEntry:
     win_rate: float
     regret: float
     gen_added: int
-
-
-def skill_kind(skill: str) -> str:
-    """'game' or 'tool' for a skill key; an unknown skill is an error naming it."""
-    if skill in GAME_SKILLS:
-        return "game"
-    if skill in TOOL_SKILLS:
-        return "tool"
-    raise ValueError(f"unknown skill {skill!r}; skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}")
 
 
 def _rng(rng: random.Random | int | None) -> random.Random | None:

@@ -8,7 +8,6 @@ import pytest
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig
 from spade_core.design import (
-    MemoryExample,
     design_messages,
     design_row,
     extract_code,
@@ -17,6 +16,7 @@ from spade_core.design import (
 )
 from spade_core.envs.contract import CONTRACT, env_id_for
 from spade_core.hints import clean_hint, hint_messages, leaks_solution
+from spade_core.memory import MemoryEntry
 
 ENV = (
     "import random\n\nclass E:\n    def reset(self, seed=None):\n        return 'x', {}\n\n"
@@ -60,8 +60,8 @@ def test_skills_round_robin_over_generations() -> None:
 
 
 def test_design_prompt_quotes_contract_document_skill_and_memory() -> None:
-    good = MemoryExample("optimization", "class Good: ...", 0.5, 0.3)
-    bad = MemoryExample("logical_deduction", "class Bad: ...", 0.95, 0.0)
+    good = MemoryEntry("g", "optimization", "game", "class Good: ...", 0.5, 0.3, 1)
+    bad = MemoryEntry("b", "logical_deduction", "game", "class Bad: ...", 0.95, 0.0, 1)
     messages = design_messages("Ada Lovelace wrote the first program.", "optimization", "hard", [good], [bad])
     user = messages[1]["content"]
     assert messages[0]["role"] == "system"

@@ -11,7 +11,7 @@ import typer
 
 from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.design import MemoryExample, design_messages, extract_code, skills_for_generation
+from spade_core.design import design_messages, extract_code, skills_for_generation
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.memory import Memory
@@ -51,8 +51,8 @@ def design(
     skill = skill or skills_for_generation(1, cfg.designer)[0]
     rng = random.Random(cfg.seed)
     memory = Memory.seeded(cfg.memory)
-    examples = [MemoryExample(e.skill, e.code, e.win_rate, e.regret) for e in memory.positives(skill, 2, rng)]
-    negatives = [MemoryExample(e.skill, e.code, e.win_rate, e.regret) for e in memory.negatives(1, rng)]
+    examples = memory.positives(skill, cfg.designer.memory_positive, rng)
+    negatives = memory.negatives(cfg.designer.memory_negative, rng)
     messages = design_messages(
         " ".join(document.split()[: cfg.corpus.max_words]), skill, cfg.designer.difficulty, examples, negatives
     )

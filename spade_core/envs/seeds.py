@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from spade_core.config import GAME_SKILLS, TOOL_SKILLS
+from spade_core.config import skill_kind
 from spade_core.envs.contract import env_id_for
 
 SEED_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "seed_envs"
@@ -33,13 +33,9 @@ def load_seed_envs(directory: Path = SEED_DIR) -> list[SeedEnv]:
     envs = []
     for path in sorted(directory.glob("*__*.py")):
         skill, name = path.stem.split("__", 1)
-        if skill in GAME_SKILLS:
-            kind = "game"
-        elif skill in TOOL_SKILLS:
-            kind = "tool"
-        else:
-            raise ValueError(
-                f"seed env {path.name}: unknown skill {skill!r}; skills: {', '.join(GAME_SKILLS + TOOL_SKILLS)}"
-            )
+        try:
+            kind = skill_kind(skill)
+        except ValueError as exc:
+            raise ValueError(f"seed env {path.name}: {exc}") from None
         envs.append(SeedEnv(name=name, skill=skill, kind=kind, path=path, code=path.read_text()))
     return envs
