@@ -313,3 +313,56 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
     _, validations = stage_validate(GenerationContext(cfg, Store(str(tmp_path)), "nov", 1), designs, None, memory)
     row = validations.iloc[0]
     assert (bool(row.ok), row.error_type) == (False, "not_novel") and "cosine similarity" in row.message
+
+
+def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> None:
+    import json
+
+    import pandas as pd
+
+    from spade_core.design import design_messages
+    from spade_core.envs.seeds import load_seed_envs
+    from spade_core.generation import stage_validate
+    from spade_core.llm.base import Completion
+
+    fixed = next(e for e in load_seed_envs() if e.skill == "optimization").code
+
+    class Repairer:
+        """A scripted designer that answers every repair request with a working module."""
+
+        model_ref = "scripted:repair"
+        supports_token_prompts = False
+
+        def __init__(self) -> None:
+            self.seen: list = []
+
+        def generate(self, requests, params):  # type: ignore[no-untyped-def]
+            self.seen.extend(requests)
+            return [Completion(text=f"Fixed:\n```python\n{fixed}```") for _ in requests]
+
+        def close(self) -> None:
+            pass
+
+    cfg = load_config("tiny", overrides=["designer.repair_rounds=1", "memory.report_diversity=false"])
+    messages = design_messages(None, "optimization", "easy")
+    designs = pd.DataFrame(
+        [
+            {
+                "design_id": "d1",
+                "doc_id": None,
+                "group_id": "g",
+                "skill": "optimization",
+                "kind": "game",
+                "prompt": json.dumps(messages),
+                "completion": "```python\nx = (\n```",
+                "code": "x = (\n",
+                "env_id": "e0",
+                "model_ref": "m",
+            }
+        ]
+    )
+    repairer = Repairer()
+    designs, validations = stage_validate(GenerationContext(cfg, Store(str(tmp_path)), "rep", 1), designs, repairer)
+    assert bool(validations.iloc[0].ok) and designs.iloc[0].code == fixed
+    (request,) = repairer.seen
+    assert "failed validation (syntax_error)" in request.messages[-1]["content"]
