@@ -10,6 +10,7 @@ Prefect; the orchestration layer wraps each one in a cached, retryable task. Ids
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -145,11 +146,11 @@ def stage_validate(
     Returns (designs, validations); repaired designs replace their originals in the designs table.
     """
     rows = _validation_rows(ctx, designs)
-    for _ in range(ctx.cfg.designer.repair_rounds if generator is not None else 0):
+    rounds = ctx.cfg.designer.repair_rounds if generator is not None else 0
+    for _ in range(rounds):
         failed = [i for i, r in enumerate(rows) if not r["ok"]]
-        if not failed:
+        if not failed or generator is None:
             break
-        assert generator is not None
         params = SamplingParams.from_config(
             ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=ctx.seed + 1
         )
@@ -176,7 +177,8 @@ def stage_validate(
                 model_ref=d.model_ref,
             )
             designs.iloc[i] = pd.Series(repaired)
-        rows = _validation_rows(ctx, designs)
+        for i, row in zip(failed, _validation_rows(ctx, designs.iloc[failed]), strict=True):
+            rows[i] = row  # only the repaired designs are validated again
         ctx.write("designs", designs, "design")
     threshold = ctx.cfg.memory.novelty_threshold
     if threshold is not None and memory is not None:
@@ -202,8 +204,6 @@ def _reject_similar(
 
 
 def _messages(prompt_json: str) -> list[dict[str, str]]:
-    import json
-
     return list(json.loads(prompt_json))
 
 
