@@ -128,9 +128,9 @@ class JailedProcess:
             return
         if self.dead is None and proc.poll() is None:
             try:
-                self._send({"op": "close"})
+                self._send({"op": "close"}, time.monotonic() + 1.0)
                 self._read_frame(time.monotonic() + 1.0)
-            except OSError:
+            except OSError:  # TimeoutError included: the jail is killed below either way
                 pass
         self._kill()
         self.dead = self.dead or CallResult.failure("jail_error", "jail closed")
@@ -175,11 +175,16 @@ class JailedProcess:
         if self.proc is None:
             return CallResult.failure("jail_error", "jail not started")
         t0 = time.perf_counter()
+        deadline = time.monotonic() + (timeout_s or self.call_timeout_s)
         try:
-            self._send({"op": op, **payload})
+            self._send({"op": op, **payload}, deadline)
+        except TimeoutError:
+            return self._die(
+                CallResult.failure("timeout", f"{op}: the jail did not read the request within the call timeout"), t0
+            )
         except OSError:
             return self._die(self._death_reason(op), t0)
-        reply = self._read_frame(time.monotonic() + (timeout_s or self.call_timeout_s), op)
+        reply = self._read_frame(deadline, op)
         if isinstance(reply, CallResult):
             return self._die(reply, t0)
         seconds = time.perf_counter() - t0
@@ -196,11 +201,24 @@ class JailedProcess:
             return self._die(failed) if failed.error_type == "timeout" else failed  # a spent jail is done
         return CallResult(ok=True, data=reply, stdout=stdout, seconds=seconds)
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, message: dict[str, Any], deadline: float) -> None:
+        """Write one frame, never blocking past ``deadline`` (a jail that stops reading cannot stall us).
+
+        Raises:
+            TimeoutError: the jail did not take the whole frame in time.
+            OSError: the jail is gone (broken pipe).
+        """
         assert self.proc is not None and self.proc.stdin is not None
         body = json.dumps(message).encode()
-        self.proc.stdin.write(struct.pack(">I", len(body)) + body)
-        self.proc.stdin.flush()
+        view = memoryview(struct.pack(">I", len(body)) + body)
+        fd = self.proc.stdin.fileno()
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            _, writable, _ = select.select([], [fd], [], remaining)
+            if writable:  # a writable pipe takes PIPE_BUF bytes without blocking
+                view = view[os.write(fd, view[: select.PIPE_BUF]) :]
 
     def _read_frame(self, deadline: float, op: str = "start") -> dict[str, Any] | CallResult:
         assert self.proc is not None and self.proc.stdout is not None

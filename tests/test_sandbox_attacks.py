@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 from textwrap import dedent
 
@@ -348,3 +349,16 @@ def test_cpu_seconds_limit_is_classified_timeout() -> None:
         result = session.reset(0)
     assert result.error_type == "timeout" and "CPU-seconds" in (result.message or "")
     assert not session.alive
+
+
+def test_a_process_that_stops_reading_cannot_stall_a_large_request() -> None:
+    jail = JailedProcess()
+    jail.proc = subprocess.Popen(
+        ["sleep", "30"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        with pytest.raises(TimeoutError):
+            jail._send({"op": "step", "action": "y" * 1_000_000}, time.monotonic() + 1.0)
+    finally:
+        jail._kill()
+    assert jail.proc.poll() is not None
