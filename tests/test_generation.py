@@ -12,7 +12,8 @@ from spade_core.config import load_config
 from spade_core.generation import GenerationContext, run_generation
 from spade_core.store import Store
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
+# The module's generation fixture runs the tiny model on CPU for a few minutes: allow for a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.usefixtures("jail_processes_checked")]
 
 OVERRIDES = [
     "designer.documents_per_generation=2",
@@ -28,6 +29,7 @@ OVERRIDES = [
     "rollout.hint_max_words=30",
     "corpus.max_words=60",
     "corpus.max_words_tool=60",
+    "designer.memory_negative=0",
 ]
 
 
