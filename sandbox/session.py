@@ -4,10 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.jail import CallResult, JailedProcess
 from sandbox.policy import JailLimits
+
+
+@dataclass
+class Replay:
+    """A fixed action sequence played from one seed: what the environment answered, or why it stopped."""
+
+    observations: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    error_type: str | None = None
+    message: str | None = None
+
+    @property
+    def episode_return(self) -> float:
+        """The last reward if the episode terminated cleanly, else 0 (DESIGN.md §5)."""
+        return self.rewards[-1] if self.terminated and self.rewards and self.error_type is None else 0.0
 
 
 class EnvSession:
@@ -46,6 +64,25 @@ class EnvSession:
 
     def solution(self) -> CallResult:
         return self.jail.call("solution")
+
+    def replay(self, seed: int | None, actions: list[str]) -> Replay:
+        """Reset to ``seed`` (the session must be open) and play ``actions`` until the episode ends."""
+        out = Replay()
+        result = self.reset(seed)
+        if result.ok:
+            out.observations.append(result.data["obs"])
+            for action in actions:
+                result = self.step(action)
+                if not result.ok:
+                    break
+                out.observations.append(result.data["obs"])
+                out.rewards.append(float(result.data["reward"]))
+                out.terminated, out.truncated = bool(result.data["terminated"]), bool(result.data["truncated"])
+                if out.terminated or out.truncated:
+                    break
+        if not result.ok:
+            out.error_type, out.message = result.error_type, result.message
+        return out
 
     @property
     def alive(self) -> bool:

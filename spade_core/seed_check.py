@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from sandbox.session import EnvSession, run_parallel
+from sandbox.session import EnvSession, Replay, run_parallel
 from spade_core.config import SpadeConfig
 from spade_core.envs.contract import split_actions
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
@@ -35,10 +35,6 @@ class SeedCheckSummary:
 
 def _play_scripted(env: SeedEnv, cfg: SpadeConfig, seed: int, condition: str) -> dict[str, Any]:
     """One scripted episode; failures become the row's ``error_type``."""
-    transcript: list[dict[str, str]] = []
-    rewards: list[float] = []
-    error_type = None
-    terminated = False
     with EnvSession(
         env.code,
         max_turns=cfg.validation.max_turns,
@@ -46,42 +42,27 @@ def _play_scripted(env: SeedEnv, cfg: SpadeConfig, seed: int, condition: str) ->
         call_timeout_s=cfg.validation.call_timeout_s,
     ) as session:
         result = session.open()
-        if result.ok:
+        actions = [""] * cfg.validation.max_turns
+        if result.ok and condition == "reference":
             result = session.reset(seed)
-        if result.ok:
-            transcript.append({"role": "user", "content": result.data["obs"]})
-            if condition == "reference":
-                sol = session.solution()
-                actions = split_actions(sol.data.get("solution", "")) if sol.ok else []
-                result = sol
-            else:
-                actions = [""] * cfg.validation.max_turns
-            for action in actions if result.ok else []:
-                result = session.step(action)
-                if not result.ok:
-                    break
-                transcript += [
-                    {"role": "assistant", "content": action},
-                    {"role": "user", "content": result.data["obs"]},
-                ]
-                rewards.append(float(result.data["reward"]))
-                terminated = bool(result.data["terminated"])
-                if terminated or result.data["truncated"]:
-                    break
-        if not result.ok:
-            error_type = result.error_type
-    episode_return = rewards[-1] if terminated and rewards and error_type is None else 0.0
+            if result.ok:
+                result = session.solution()
+                actions = split_actions(result.data.get("solution", "")) if result.ok else []
+        played = session.replay(seed, actions) if result.ok else Replay(error_type=result.error_type)
+    transcript = [{"role": "user", "content": played.observations[0]}] if played.observations else []
+    for action, obs in zip(actions, played.observations[1:], strict=False):
+        transcript += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
     episode_id = hashlib.sha256(f"{env.env_id}:{condition}:{seed}".encode()).hexdigest()[:16]
     return {
         "episode_id": episode_id,
         "env_id": env.env_id,
         "condition": condition,
         "seed": seed,
-        "episode_return": episode_return,
-        "turns": len(rewards),
-        "error_type": error_type,
+        "episode_return": played.episode_return,
+        "turns": len(played.rewards),
+        "error_type": played.error_type,
         "transcript": transcript,
-        "rewards": rewards,
+        "rewards": played.rewards,
         "model_ref": f"scripted:{condition}",
         "token_ids": None,
         "loss_mask": None,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from sandbox.session import EnvSession
+from sandbox.session import EnvSession, Replay
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, clean_errors, resolve
 from spade_core.validate import limits_from_config, validate_many
 
@@ -69,36 +70,10 @@ def validate(
 
 
 def _transcript(session: EnvSession, seed: int | None, actions: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "observations": [],
-        "rewards": [],
-        "terminated": False,
-        "truncated": False,
-        "error_type": None,
-        "message": None,
-    }
-
-    def fail(result: Any) -> dict[str, Any]:
-        out["error_type"], out["message"] = result.error_type, result.message
-        return out
-
     opened = session.open()
     if not opened.ok:
-        return fail(opened)
-    reset = session.reset(seed)
-    if not reset.ok:
-        return fail(reset)
-    out["observations"].append(reset.data["obs"])
-    for action in actions:
-        step = session.step(action)
-        if not step.ok:
-            return fail(step)
-        out["observations"].append(step.data["obs"])
-        out["rewards"].append(step.data["reward"])
-        out["terminated"], out["truncated"] = step.data["terminated"], step.data["truncated"]
-        if out["terminated"] or out["truncated"]:
-            break
-    return out
+        return asdict(Replay(error_type=opened.error_type, message=opened.message))
+    return asdict(session.replay(seed, actions))
 
 
 @env_app.command("play")
