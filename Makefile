@@ -6,12 +6,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SYSTEM_PACKAGES := libnl-3-200 libnl-route-3-200 python3
+# Only the tests need a browser: the run report is rendered in headless Chromium.
+TEST_SYSTEM_PACKAGES := chromium
 PYTEST_ARGS ?=
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: demo test lint system-deps clean help
+.PHONY: demo test lint system-deps test-system-deps clean help
 
 help:
 	@echo "make demo   - set up everything, then run the embedded job (tiny preset, local store ./spade-store)"
@@ -27,6 +29,16 @@ system-deps:
 	  echo "error: nsjail needs $(SYSTEM_PACKAGES); run: sudo apt-get install -y $(SYSTEM_PACKAGES)" >&2; exit 1; \
 	fi
 	@test -x /usr/bin/python3 || { echo "error: /usr/bin/python3 (the jail's interpreter) is missing: apt-get install -y python3" >&2; exit 1; }
+
+test-system-deps:
+	@if test -x /usr/bin/chromium; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "installing test system packages: $(TEST_SYSTEM_PACKAGES)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(TEST_SYSTEM_PACKAGES) >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(TEST_SYSTEM_PACKAGES) >/dev/null; }; \
+	else \
+	  echo "error: the report test needs $(TEST_SYSTEM_PACKAGES); run: sudo apt-get install -y $(TEST_SYSTEM_PACKAGES)" >&2; exit 1; \
+	fi
 
 $(STAMP): pyproject.toml | system-deps
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.12 (pyenv install 3.12)" >&2; exit 1; }
@@ -49,7 +61,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) system-deps lint
+test: $(STAMP) system-deps test-system-deps lint
 	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
 
 clean:

@@ -1,0 +1,318 @@
+"""What ``spade report`` shows, read from the store: DuckDB queries returning pandas frames.
+
+Everything is scoped to one run (and an optional baseline run for the eval comparison). One DuckDB
+connection serves every query. A table with no files yet is an empty view in the catalog, so each frame
+here is simply empty and the page says "no data yet" for that section.
+
+Definitions (DESIGN.md §7):
+
+- **designed**: rows of ``designs``; **with code**: designs whose reply held a ```python block;
+  **valid**: ``validations`` rows with ``ok``; **scored**: ``env_scores`` rows of valid designs.
+  ``env_scores`` also holds rows for invalid designs (all zeros, the invalid reward) — they count for the
+  designer reward but not for win-rate or regret distributions — and rows without a ``design_id`` for
+  replayed / fixed-pool environments, which are valid by construction.
+- **designer reward**: mean over the designs that have an ``env_scores`` row (valid or not); designs whose
+  reply held no code get ``scoring.invalid_reward`` from the trainer and have no row.
+- **pass@1**: mean of ``evals.passed`` where it is set (one sample per item); **mean score**: mean of
+  ``evals.score``. Generation 0 is the base model.
+- Times come from the store's file modification times (the tables carry no timestamps): when the run's
+  first and last artifacts were written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pandas as pd
+import yaml
+
+from spade_core.catalog import connect
+from spade_core.store import Store, StoreError
+
+
+class ReportError(StoreError):
+    """An unknown run or baseline, or a report that cannot be written; the message names the value."""
+
+
+# Valid scored environments of one run: rows of valid designs plus replayed / fixed-pool rows.
+_VALID_SCORES = """
+select s.gen, s.env_id, s.design_id, s.skill, s.win_rate, s.r_hint, s.r_no_hint, s.regret, s.designer_reward
+from env_scores s
+where s.run_id = $run and (
+    s.design_id is null
+    or exists (select 1 from validations v
+               where v.run_id = s.run_id and v.gen = s.gen and v.design_id = s.design_id and v.ok))
+"""
+
+_FUNNEL = """
+with d as (select gen, count(*) as designed, count(code) as with_code from designs where run_id = $run group by gen),
+v as (select gen, count(*) filter (where ok) as valid from validations
+      where run_id = $run and design_id is not null group by gen),
+s as (select gen, count(*) filter (where design_id is not null) as scored,
+             count(*) filter (where design_id is null) as replayed
+      from ({valid}) group by gen),
+g as (select gen from d union select gen from v union select gen from s)
+select g.gen, coalesce(designed, 0) as designed, coalesce(with_code, 0) as with_code,
+       coalesce(valid, 0) as valid, coalesce(scored, 0) as scored, coalesce(replayed, 0) as replayed
+from g left join d using (gen) left join v using (gen) left join s using (gen)
+order by g.gen
+""".replace("{valid}", _VALID_SCORES)
+
+_DESIGNER_REWARD = """
+select s.gen, count(*) as designs, avg(s.designer_reward) as mean, stddev_samp(s.designer_reward) as std,
+       avg(s.designer_reward) filter (where v.design_id is not null) as mean_valid
+from env_scores s
+left join (select distinct run_id, gen, design_id from validations where ok) v
+       on v.run_id = s.run_id and v.gen = s.gen and v.design_id = s.design_id
+where s.run_id = $run and s.design_id is not null
+group by s.gen order by s.gen
+"""
+
+_TRAIN = """
+select gen, role, step, loss, reward_mean, reward_std, grad_norm, kl, tokens, step_seconds
+from train_metrics where run_id = $run order by gen, role, step
+"""
+
+_EVALS = """
+select run_id, gen, suite, count(*) as items, avg(score) as mean_score, avg(passed::double) as pass_at_1
+from evals where run_id = $run or run_id = $baseline
+group by run_id, gen, suite order by suite, run_id, gen
+"""
+
+_TOP_ENVS = """
+with ranked as (
+    select *, row_number() over (partition by env_id order by regret desc, gen desc) as rank,
+           count(*) over (partition by env_id) as times_scored
+    from ({valid})),
+top as (select * from ranked where rank = 1 order by regret desc, gen desc, env_id limit $top),
+-- the code: from this run's designs, else its memory (replayed / seed environments), else any run's designs
+sources as (
+    select env_id, code, kind, 0 as preference from designs
+    where run_id = $run and code is not null and env_id in (select env_id from top)
+    union all
+    select env_id, code, kind, 1 from memory where run_id = $run and env_id in (select env_id from top)
+    union all
+    select env_id, code, kind, 2 from designs where code is not null and env_id in (select env_id from top)),
+best as (select env_id, arg_min(code, preference) as code, arg_min(kind, preference) as kind
+         from sources group by env_id)
+select t.gen, t.env_id, t.skill, b.kind, t.win_rate, t.r_hint, t.regret,
+       -- a replayed / fixed-pool environment rewarded no designer
+       case when t.design_id is not null then t.designer_reward end as designer_reward, t.times_scored, b.code
+from top t left join best b using (env_id)
+order by t.regret desc, t.gen desc, t.env_id
+""".replace("{valid}", _VALID_SCORES)
+
+
+@dataclass
+class Baseline:
+    """The fixed-environment run the evals are compared with, and how it was chosen."""
+
+    run_id: str
+    how: str  # "given" (--baseline) or "auto-detected (designer.fixed_pool=...)"
+
+
+@dataclass
+class RunData:
+    """Everything one report page shows; empty frames mean "no data yet"."""
+
+    run_id: str
+    store_root: str
+    generations: list[int]
+    config_text: str | None
+    config: dict[str, Any]
+    created: dt.datetime | None
+    last_write: dt.datetime | None
+    gen_times: pd.DataFrame  # gen, first_write, last_write
+    funnel: pd.DataFrame
+    scores: pd.DataFrame
+    designer_reward: pd.DataFrame
+    train: pd.DataFrame
+    evals: pd.DataFrame
+    top_envs: pd.DataFrame
+    baseline: Baseline | None = None
+    baseline_candidates: list[str] = field(default_factory=list)
+
+
+def _name_after(path: str, prefix: str) -> str | None:
+    for part in path.rstrip("/").split("/"):
+        if part.startswith(prefix):
+            return part[len(prefix) :]
+    return None
+
+
+def list_runs(store: Store) -> list[str]:
+    """Every run id that has a table partition or a stored config in the store, sorted."""
+    names = {_name_after(p, "run=") for p in store.fs.glob(store.path("tables", "*", "run=*"))}
+    for p in store.fs.glob(store.path("runs", "*", "config.yaml")):
+        names.add(p.rstrip("/").split("/")[-2])
+    return sorted(n for n in names if n)
+
+
+def _unknown(kind: str, run_id: str, store: Store, runs: list[str]) -> ReportError:
+    listing = f"runs: {', '.join(runs)}" if runs else "the store holds no runs yet"
+    return ReportError(f"{kind} {run_id!r} is not in the store {store.base}; {listing}")
+
+
+def read_config(store: Store, run_id: str) -> tuple[str | None, dict[str, Any]]:
+    """The stored resolved config of a run (``runs/{run_id}/config.yaml``) as text and as a dict."""
+    path = store.run_dir(run_id) + "/config.yaml"
+    if not store.exists(path):
+        return None, {}
+    text = store.read_bytes(path).decode("utf-8", errors="replace")
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        parsed = None
+    return text, parsed if isinstance(parsed, dict) else {}
+
+
+def fixed_pool_of(config: dict[str, Any]) -> str | None:
+    """``designer.fixed_pool`` of a stored config dict, or None for a SPADE run."""
+    designer = config.get("designer")
+    value = designer.get("fixed_pool") if isinstance(designer, dict) else None
+    return str(value) if value else None
+
+
+def _mtime(info: dict[str, Any]) -> dt.datetime | None:
+    """Modification time of a file-info dict from a local (``mtime``) or S3 (``LastModified``) filesystem."""
+    value = info.get("mtime", info.get("LastModified"))
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    if isinstance(value, int | float):
+        return dt.datetime.fromtimestamp(value, tz=dt.UTC)
+    return None
+
+
+def _write_times(store: Store, run_id: str) -> pd.DataFrame:
+    """One row per table file of the run: its generation and modification time."""
+    found = store.fs.glob(store.path("tables", "*", f"run={run_id}", "gen=*", "*.parquet"), detail=True)
+    rows = []
+    for path, info in found.items():
+        gen = _name_after(path, "gen=")
+        if gen is not None and gen.isdigit():
+            rows.append({"gen": int(gen), "time": _mtime(info)})
+    return pd.DataFrame(rows, columns=["gen", "time"])
+
+
+def _choose_baseline(
+    store: Store,
+    run_id: str,
+    given: str | None,
+    runs: list[str],
+    config: dict[str, Any],
+    con: duckdb.DuckDBPyConnection,
+) -> tuple[Baseline | None, list[str]]:
+    if given is not None:
+        if given not in runs:
+            raise _unknown("baseline run", given, store, runs)
+        if given == run_id:
+            raise ReportError(f"baseline run {given!r} is the run itself; name a fixed-environment run")
+        return Baseline(given, "given"), []
+    if fixed_pool_of(config):
+        return None, []  # the run is itself a fixed-environment baseline
+    candidates = {r: fixed_pool_of(read_config(store, r)[1]) for r in runs if r != run_id}
+    candidates = {r: pool for r, pool in candidates.items() if pool}
+    if not candidates:
+        return None, []
+    evaluated = set(con.execute("select distinct run_id from evals").df()["run_id"])
+    ordered = sorted(candidates, key=lambda r: (r not in evaluated, r))
+    chosen = ordered[0]
+    return Baseline(chosen, f"auto-detected (designer.fixed_pool={candidates[chosen]})"), ordered[1:]
+
+
+def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 10) -> RunData:
+    """Read everything the report shows for ``run_id``.
+
+    Args:
+        store: the artifact store.
+        run_id: the run to report on.
+        baseline: a fixed-environment run to compare evals with; None = auto-detect a run whose stored
+            config sets ``designer.fixed_pool`` (only when ``run_id`` is not such a run itself).
+        top: how many environments to list by regret.
+
+    Raises:
+        ReportError: ``run_id`` or ``baseline`` is not in the store (the message lists the runs).
+    """
+    store.run_dir(run_id)  # a malformed run id is a StoreError naming it
+    runs = list_runs(store)
+    if run_id not in runs:
+        raise _unknown("run", run_id, store, runs)
+    config_text, config = read_config(store, run_id)
+    con = connect(store)
+    try:
+        chosen, others = _choose_baseline(store, run_id, baseline, runs, config, con)
+        params = {"run": run_id}
+
+        def frame(sql: str, **extra: object) -> pd.DataFrame:
+            names = {k: v for k, v in {**params, **extra}.items() if f"${k}" in sql}
+            return con.execute(sql, names).df()
+
+        times = _write_times(store, run_id)
+        timed = times.dropna(subset=["time"])
+        gen_times = (
+            timed.groupby("gen")["time"].agg(first_write="min", last_write="max").reset_index()
+            if not timed.empty
+            else pd.DataFrame(columns=["gen", "first_write", "last_write"])
+        )
+        return RunData(
+            run_id=run_id,
+            store_root=store.base,
+            generations=sorted(g for g in set(times["gen"]) if g >= 1),
+            config_text=config_text,
+            config=config,
+            created=min(timed["time"], default=None),
+            last_write=max(timed["time"], default=None),
+            gen_times=gen_times,
+            funnel=frame(_FUNNEL),
+            scores=frame(_VALID_SCORES + " order by s.gen, s.env_id"),
+            designer_reward=frame(_DESIGNER_REWARD),
+            train=frame(_TRAIN),
+            evals=frame(_EVALS, baseline=chosen.run_id if chosen else run_id),
+            top_envs=frame(_TOP_ENVS, top=int(top)),
+            baseline=chosen,
+            baseline_candidates=others,
+        )
+    finally:
+        con.close()
+
+
+def eval_comparison(evals: pd.DataFrame, run_id: str, baseline_id: str | None) -> pd.DataFrame:
+    """One row per suite and generation: the run's mean score and pass@1, and the deltas against the base
+    model (generation 0) and against the baseline run at the same generation.
+
+    >>> e = pd.DataFrame({"run_id": ["r", "r", "b"], "gen": [0, 1, 1], "suite": ["s"] * 3, "items": [2] * 3,
+    ...                   "mean_score": [0.5, 0.75, 0.625], "pass_at_1": [0.5, 0.5, float("nan")]})
+    >>> row = eval_comparison(e, "r", "b").iloc[1]
+    >>> float(row.vs_base), float(row.baseline_score), float(row.vs_baseline)
+    (0.25, 0.625, 0.125)
+    """
+    columns = ["suite", "gen", "items", "mean_score", "pass_at_1", "vs_base", "baseline_score", "vs_baseline"]
+    if evals.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for suite, data in evals.groupby("suite", sort=True):
+        ours = data[data["run_id"] == run_id].set_index("gen")
+        other = data[data["run_id"] == baseline_id].set_index("gen") if baseline_id else data.iloc[0:0]
+        base = ours.loc[0, "mean_score"] if 0 in ours.index else other["mean_score"].get(0, float("nan"))
+        for gen in sorted(set(ours.index) | set(other.index)):
+            # generation 0 is the shared base model: the baseline's row stands in when the run has none
+            source = ours if gen in ours.index else other if gen == 0 else None
+            row = source.loc[gen] if source is not None else None
+            score = float(row["mean_score"]) if row is not None else float("nan")
+            theirs = float(other.loc[gen, "mean_score"]) if gen in other.index and gen > 0 else float("nan")
+            rows.append(
+                {
+                    "suite": suite,
+                    "gen": int(gen),
+                    "items": int(row["items"]) if row is not None else 0,
+                    "mean_score": score,
+                    "pass_at_1": float(row["pass_at_1"]) if row is not None else float("nan"),
+                    "vs_base": score - float(base) if gen > 0 else float("nan"),
+                    "baseline_score": theirs,
+                    "vs_baseline": score - theirs,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,191 @@
+"""The report's figures as PNG bytes (matplotlib's Agg canvas; no pyplot, no global backend state).
+
+Each function takes a frame from :mod:`spade_core.report.data` and returns PNG bytes, or None when the
+frame is empty (the page then says "no data yet"). Labels that come from the store are drawn with math
+parsing off, so a ``$`` in a suite or skill name is text, not TeX.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+_RC: dict[Any, Any] = {
+    "text.parse_math": False,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "font.size": 9,
+}
+_ROLE_COLOURS = {"agent": "tab:blue", "designer": "tab:orange"}
+
+
+@contextmanager
+def _figure(width: float = 7.5, height: float = 3.4) -> Iterator[tuple[Figure, list[bytes]]]:
+    """A fresh figure; its PNG lands in the yielded list when the block ends."""
+    out: list[bytes] = []
+    with mpl.rc_context(_RC):
+        fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+        FigureCanvasAgg(fig)
+        yield fig, out
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+    out.append(buf.getvalue())
+
+
+def _gen_axis(ax: Axes, gens: list[int]) -> None:
+    ax.set_xticks(gens, [str(g) for g in gens])
+    ax.set_xlabel("generation")
+
+
+def funnel(frame: pd.DataFrame) -> bytes | None:
+    """Grouped bars per generation: designed → with code → valid → scored (and replayed, when any)."""
+    if frame.empty:
+        return None
+    stages = [("designed", "designed"), ("with_code", "with code"), ("valid", "valid"), ("scored", "scored")]
+    if frame["replayed"].sum() > 0:
+        stages.append(("replayed", "replayed / fixed pool"))
+    gens = [int(g) for g in frame["gen"]]
+    x = np.arange(len(gens))
+    width = 0.8 / len(stages)
+    with _figure() as (fig, out):
+        ax = fig.add_subplot()
+        for i, (column, label) in enumerate(stages):
+            values = frame[column].to_numpy(dtype=float)
+            bars = ax.bar(x + (i - (len(stages) - 1) / 2) * width, values, width, label=label)
+            ax.bar_label(bars, labels=[f"{int(v)}" for v in values], fontsize=7, padding=1)
+        ax.set_xticks(x, [str(g) for g in gens])
+        ax.set_xlabel("generation")
+        ax.set_ylabel("environments")
+        ax.set_title("Validation funnel")
+        ax.legend(loc="upper left", fontsize=8, ncols=len(stages))
+        ax.margins(y=0.2)
+    return out[0]
+
+
+def distribution(frame: pd.DataFrame, column: str, title: str, ylim: tuple[float, float] | None = None) -> bytes | None:
+    """Box plot per generation of one env_scores column, with every environment as a (jittered) dot."""
+    if frame.empty:
+        return None
+    gens = sorted(int(g) for g in frame["gen"].unique())
+    groups = [frame.loc[frame["gen"] == g, column].dropna().to_numpy(dtype=float) for g in gens]
+    rng = np.random.default_rng(0)  # fixed jitter: the same store draws the same figure
+    with _figure() as (fig, out):
+        ax = fig.add_subplot()
+        ax.boxplot(groups, positions=gens, widths=0.5, showmeans=True, manage_ticks=False)
+        for g, values in zip(gens, groups, strict=True):
+            ax.scatter(g + rng.uniform(-0.15, 0.15, len(values)), values, s=12, alpha=0.6, color="tab:blue")
+        _gen_axis(ax, gens)
+        ax.set_xlim(min(gens) - 0.6, max(gens) + 0.6)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+        ax.set_ylabel(column.replace("_", " "))
+        ax.set_title(title)
+    return out[0]
+
+
+def designer_reward(frame: pd.DataFrame) -> bytes | None:
+    """Mean designer reward per generation (± one standard deviation), and the mean over valid designs."""
+    if frame.empty:
+        return None
+    gens = [int(g) for g in frame["gen"]]
+    mean = frame["mean"].to_numpy(dtype=float)
+    std = np.nan_to_num(frame["std"].to_numpy(dtype=float))
+    with _figure() as (fig, out):
+        ax = fig.add_subplot()
+        ax.plot(gens, mean, marker="o", label="all scored designs")
+        ax.fill_between(gens, mean - std, mean + std, alpha=0.2)
+        valid = frame["mean_valid"].to_numpy(dtype=float)
+        if not np.all(np.isnan(valid)):
+            ax.plot(gens, valid, marker="s", linestyle="--", label="valid designs")
+        _gen_axis(ax, gens)
+        ax.set_ylabel("designer reward")
+        ax.set_title("Designer reward per generation")
+        ax.legend(fontsize=8)
+    return out[0]
+
+
+def training(frame: pd.DataFrame) -> bytes | None:
+    """Loss and reward mean over the run's optimiser steps; dotted lines mark the generations.
+
+    The trainer logs one joint loss per step for both roles (one update); when every step's rows agree it
+    is drawn once, otherwise per role. Rewards are per role. A role absent from a step is simply not drawn
+    there: the x axis numbers the run's (generation, step) pairs.
+    """
+    if frame.empty:
+        return None
+    keys = frame[["gen", "step"]].drop_duplicates().sort_values(["gen", "step"]).reset_index(drop=True)
+    index = {(int(g), int(s)): i + 1 for i, (g, s) in enumerate(zip(keys["gen"], keys["step"], strict=True))}
+    frame = frame.assign(x=[index[(int(g), int(s))] for g, s in zip(frame["gen"], frame["step"], strict=True)])
+    frame = frame.sort_values("x", kind="stable")
+    joint = bool((frame.groupby("x")["loss"].nunique(dropna=False) <= 1).all())
+    with _figure(height=3.8) as (fig, out):
+        loss_ax, reward_ax = fig.subplots(1, 2)
+        if joint:
+            once = frame.drop_duplicates("x")
+            loss_ax.plot(once["x"], once["loss"].to_numpy(dtype=float), marker=".", color="tab:green", label="joint")
+        for role, rows in frame.groupby("role", sort=True):
+            colour = _ROLE_COLOURS.get(str(role))
+            if not joint:
+                loss_ax.plot(rows["x"], rows["loss"].to_numpy(dtype=float), marker=".", label=str(role), color=colour)
+            reward_ax.plot(
+                rows["x"], rows["reward_mean"].to_numpy(dtype=float), marker=".", label=str(role), color=colour
+            )
+        boundaries = np.flatnonzero(np.diff(keys["gen"].to_numpy()) != 0) + 1.5
+        for ax, name in ((loss_ax, "loss"), (reward_ax, "reward mean")):
+            for boundary in boundaries:
+                ax.axvline(boundary, color="grey", linestyle=":", linewidth=0.8)
+            ax.set_xlabel("training step (run-wide; dotted: new generation)")
+            ax.set_ylabel(name)
+            ax.legend(fontsize=8)
+        loss_ax.set_title("Train loss" + ("" if joint else " per role"))
+        reward_ax.set_title("Train reward mean per role")
+    return out[0]
+
+
+def evals(frame: pd.DataFrame, run_id: str, baseline_id: str | None) -> bytes | None:
+    """Mean score per suite against the generation: the run, the base model (gen 0) and the baseline run."""
+    if frame.empty:
+        return None
+    suites = sorted(frame["suite"].unique())
+    cols = min(3, len(suites))
+    rows_n = math.ceil(len(suites) / cols)
+    with _figure(width=3.4 * cols + 0.8, height=2.9 * rows_n + 0.3) as (fig, out):
+        axes = np.atleast_1d(fig.subplots(rows_n, cols, squeeze=False)).ravel()
+        for ax, suite in zip(axes, suites, strict=False):
+            data = frame[frame["suite"] == suite]
+            base = data[(data["gen"] == 0) & (data["run_id"] == run_id)]
+            if base.empty:  # the base model is shared: the baseline run's gen 0 will do
+                base = data[data["gen"] == 0]
+            ours = data[(data["run_id"] == run_id) & (data["gen"] > 0)]
+            gens: set[int] = set()
+            if not base.empty:
+                ax.axhline(float(base["mean_score"].iloc[0]), color="grey", linestyle="--", label="base model (gen 0)")
+            if not ours.empty:
+                ax.plot(ours["gen"], ours["mean_score"], marker="o", label=f"{run_id}")
+                gens |= {int(g) for g in ours["gen"]}
+            if baseline_id is not None:
+                other = data[(data["run_id"] == baseline_id) & (data["gen"] > 0)]
+                if not other.empty:
+                    ax.plot(other["gen"], other["mean_score"], marker="s", linestyle="-.", label=f"{baseline_id}")
+                    gens |= {int(g) for g in other["gen"]}
+            if gens:
+                _gen_axis(ax, sorted(gens))
+            ax.set_ylim(-0.05, 1.05)
+            ax.set_ylabel("mean score")
+            ax.set_title(str(suite))
+            ax.legend(fontsize=7)
+        for ax in axes[len(suites) :]:
+            ax.set_visible(False)
+    return out[0]

@@ -1,0 +1,431 @@
+"""`spade report`: a real store of two generations (every table the report reads, evals of the base model
+and a fixed-environment baseline run), the real command, and the page rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from PIL import Image
+from typer.testing import CliRunner
+
+from spade_core.cli.report_cmd import report
+from spade_core.config import load_config
+from spade_core.report import write_report
+from spade_core.store import Store
+
+CHROMIUM = Path("/usr/bin/chromium")
+HOSTILE = "</pre><script>alert(1)</script>"
+FIGURES = ("funnel", "win_rate", "regret", "designer_reward", "training", "evals")
+SECTIONS = [
+    "Run",
+    "Validation funnel",
+    "Win rate and regret",
+    "Designer reward",
+    "Training",
+    "Evaluation",
+    "Top environments by regret",
+    "Configuration",
+]
+SKILLS = [("optimization", "game"), ("logical_deduction", "game"), ("data_retrieval", "tool")]
+
+runner = CliRunner()
+app = typer.Typer()
+app.command()(report)
+
+
+def _env_id(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
+
+
+def _config(store: Store, run_id: str, overrides: list[str]) -> None:
+    text = load_config("tiny", overrides=overrides).to_yaml()
+    store.write_text(store.run_dir(run_id) + "/config.yaml", text)
+
+
+def _train(store: Store, run_id: str, gen: int, roles: tuple[str, ...]) -> None:
+    rows = [
+        {
+            "role": role,
+            "step": step,
+            "loss": 0.5 / (gen + step),  # one joint loss per step, as the trainer logs it
+            "grad_norm": 1.0,
+            "reward_mean": 0.2 * gen + 0.05 * step + (0.1 if role == "designer" else 0.0),
+            "reward_std": 0.1,
+            "kl": None,
+            "clip_fraction": 0.0,
+            "tokens": 1000,
+            "step_seconds": 1.5,
+        }
+        for role in roles
+        for step in range(1, 4)
+        if not (role == "designer" and step == 3)  # a step whose batch held no designer sample
+    ]
+    store.write_table("train_metrics", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="train")
+
+
+def _evals(store: Store, run_id: str, gen: int, level: float) -> None:
+    rows = []
+    for suite in ("reasoning_gym", "humaneval"):
+        for i in range(6):
+            passed = i < round(level * 6)
+            rows.append(
+                {
+                    "suite": suite,
+                    "item_id": f"{suite}/{i}",
+                    "checkpoint": f"gen-{gen}" if gen else "base",
+                    "score": 1.0 if passed else 0.0,
+                    "passed": passed,
+                    "response": "...",
+                }
+            )
+    store.write_table("evals", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="eval")
+
+
+def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> None:
+    """One SPADE generation's tables: 6 designs (one without code), validations, scores, memory, training."""
+    designs, validations, scores = [], [], []
+    for i in range(6):
+        skill, kind = SKILLS[i % 3]
+        code = None if i == 5 else f"class Env{gen}{i}:\n    '''gen {gen} design {i} < & >'''\n"
+        if hostile and i == 0:
+            code = f"# {HOSTILE}\nclass Hostile:\n    pass\n"
+        env_id = _env_id(code) if code else None
+        ok = code is not None and i % 2 == 0
+        design_id = f"{run_id}-g{gen}-d{i}"
+        designs.append(
+            {
+                "design_id": design_id,
+                "doc_id": f"doc{i // 2}",
+                "group_id": f"grp{i // 2}",
+                "skill": skill,
+                "kind": kind,
+                "prompt": "[]",
+                "completion": "```python\n...\n```",
+                "code": code,
+                "env_id": env_id,
+                "model_ref": f"gen-{gen - 1}",
+            }
+        )
+        validations.append(
+            {
+                "design_id": design_id,
+                "env_id": env_id,
+                "ok": ok,
+                "error_type": None if ok else ("syntax_error" if code is None else "trivial"),
+                "message": None if ok else "failed",
+                "checks": {"parses": code is not None},
+                "seconds": 0.2,
+            }
+        )
+        if code is not None:
+            win = (0.2 + 0.15 * i + 0.1 * gen) if ok else 0.0
+            regret = (0.5 if hostile and i == 0 else 0.05 * i + 0.02 * gen) if ok else 0.0
+            scores.append(
+                {
+                    "env_id": env_id,
+                    "design_id": design_id,
+                    "skill": skill,
+                    "win_rate": win,
+                    "r_hint": win + regret,
+                    "r_no_hint": win,
+                    "regret": regret,
+                    "designer_reward": 0.3 + 0.1 * i if ok else 0.0,
+                }
+            )
+    replay = "class Replayed:\n    pass\n"
+    scores.append(
+        {
+            "env_id": _env_id(replay),
+            "design_id": None,
+            "skill": "optimization",
+            "win_rate": 0.5,
+            "r_hint": 0.6,
+            "r_no_hint": 0.5,
+            "regret": 0.1,
+            "designer_reward": 0.8,
+        }
+    )
+    memory = [
+        {"env_id": _env_id(replay), "skill": "optimization", "kind": "game", "code": replay}
+        | {"win_rate": 0.5, "regret": 0.1, "gen_added": 0}
+    ] + [
+        {"env_id": s["env_id"], "skill": s["skill"], "kind": "game", "code": "..."}
+        | {"win_rate": s["win_rate"], "regret": s["regret"], "gen_added": gen}
+        for s in scores[:-1]
+    ]
+    store.write_table("designs", pd.DataFrame(designs), run_id=run_id, gen=gen, stage="design")
+    store.write_table("validations", pd.DataFrame(validations), run_id=run_id, gen=gen, stage="validate")
+    store.write_table("env_scores", pd.DataFrame(scores), run_id=run_id, gen=gen, stage="score")
+    store.write_table("memory", pd.DataFrame(memory), run_id=run_id, gen=gen, stage="memory")
+    _train(store, run_id, gen, ("agent", "designer"))
+    _evals(store, run_id, gen, 0.5 + 0.1 * gen)
+
+
+def _baseline_generation(store: Store, run_id: str, gen: int) -> None:
+    """A fixed-pool generation: no designs, every played environment scored without a design id."""
+    rows = [
+        {"env_id": f"seed{i:012d}", "design_id": None, "skill": skill}
+        | {"win_rate": 0.3 + 0.1 * i, "r_hint": 0.5, "r_no_hint": 0.3 + 0.1 * i, "regret": 0.1, "designer_reward": 0.0}
+        for i, (skill, _) in enumerate(SKILLS)
+    ]
+    store.write_table("env_scores", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="score")
+    _train(store, run_id, gen, ("agent",))
+    _evals(store, run_id, gen, 0.5)
+
+
+def fill(store: Store, run_id: str = "spade-1", hostile: bool = True, baseline: str | None = "fixed-1") -> None:
+    _config(store, run_id, [])
+    _evals(store, run_id, 0, 0.5)  # gen 0 = the base model
+    for gen in (1, 2):
+        _spade_generation(store, run_id, gen, hostile)
+    if baseline:
+        _config(store, baseline, ["designer.fixed_pool=seeds"])
+        for gen in (1, 2):
+            _baseline_generation(store, baseline, gen)
+
+
+def _section(page: str, anchor: str) -> str:
+    match = re.search(rf'<section id="{anchor}">(.*?)</section>', page, re.S)
+    assert match, f"no section {anchor!r}"
+    return match.group(1)
+
+
+# -- the rendered page ------------------------------------------------------------------------------------
+
+HARNESS = """<!DOCTYPE html><html><body><iframe id="report" src="index.html" width="1200" height="800"></iframe>
+<pre id="result">pending</pre>
+<script>
+document.getElementById("report").addEventListener("load", function () {
+  var out = {};
+  try {
+    var doc = this.contentDocument;
+    out.images = Array.from(doc.images).map(function (img) {
+      return {id: img.id, complete: img.complete, width: img.naturalWidth, height: img.naturalHeight};
+    });
+    out.headings = Array.from(doc.querySelectorAll("h2")).map(function (h) { return h.textContent; });
+    out.scripts = doc.querySelectorAll("script").length;
+    out.pres = Array.from(doc.querySelectorAll("pre")).map(function (p) { return p.textContent; });
+  } catch (err) {
+    out.error = String(err);
+  }
+  document.getElementById("result").textContent = JSON.stringify(out);
+});
+</script></body></html>
+"""
+
+
+def render_in_chromium(index: Path, tmp: Path) -> dict:
+    """Load the report unmodified in an iframe of a harness page; the harness reports what Chromium decoded."""
+    harness = index.parent / "harness.html"
+    harness.write_text(HARNESS)
+    try:
+        proc = subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={tmp / 'chromium-profile'}",
+                "--allow-file-access-from-files",  # lets the harness read the report's DOM (file:// origins)
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                harness.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        harness.unlink()
+    match = re.search(r'<pre id="result">(.*?)</pre>', proc.stdout, re.S)
+    assert match, f"chromium gave no result (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    import html
+
+    result = json.loads(html.unescape(match.group(1)))
+    assert "error" not in result, result
+    return result
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
+    """The two-generation store, reported with the real command (default out dir), rendered in Chromium."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is absent (apt-get install -y chromium; the Makefile's system-deps does)")
+    tmp = tmp_path_factory.mktemp("report")
+    store = Store(str(tmp / "store"))
+    fill(store)
+    result = runner.invoke(app, ["spade-1", "--store", str(tmp / "store")])
+    assert result.exit_code == 0, result.output
+    index = Path(result.stdout.strip())
+    assert index == tmp / "store" / "reports" / "spade-1" / "index.html"
+    return index, index.read_text(), render_in_chromium(index, tmp)
+
+
+def test_every_figure_is_decoded_by_chromium(rendered: tuple[Path, str, dict]) -> None:
+    _, _, dom = rendered
+    images = {img["id"]: img for img in dom["images"]}
+    assert sorted(images) == sorted(f"fig-{name}" for name in FIGURES)
+    for img in images.values():
+        assert img["complete"] and img["width"] > 100 and img["height"] > 100, img
+
+
+def test_page_has_every_section_heading(rendered: tuple[Path, str, dict]) -> None:
+    assert rendered[2]["headings"] == SECTIONS
+
+
+def test_page_is_self_contained(rendered: tuple[Path, str, dict]) -> None:
+    index, page, _ = rendered
+    assert not re.search(r'(src|href)="(?!data:)', page)  # no file or URL the page would need beside it
+    assert {p.name for p in index.parent.iterdir()} == {"index.html", *(f"{name}.png" for name in FIGURES)}
+
+
+def test_hostile_code_is_shown_as_text_not_run(rendered: tuple[Path, str, dict]) -> None:
+    _, page, dom = rendered
+    assert dom["scripts"] == 0
+    assert any(HOSTILE in text for text in dom["pres"])  # the code is there, verbatim, as text
+    assert "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page
+
+
+def test_written_pngs_are_real_pictures(rendered: tuple[Path, str, dict]) -> None:
+    index, _, dom = rendered
+    sizes = {img["id"].removeprefix("fig-"): (img["width"], img["height"]) for img in dom["images"]}
+    for name in FIGURES:
+        with Image.open(index.parent / f"{name}.png") as img:
+            assert img.size == sizes[name]
+            colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
+            assert colours is not None and len(colours) > 10, f"{name}.png is (nearly) blank"
+
+
+def test_header_names_run_generations_and_config(rendered: tuple[Path, str, dict]) -> None:
+    _, page, _ = rendered
+    run = _section(page, "run")
+    assert "spade-1" in run and "1, 2" in run
+    assert "UTC" in run  # first / last artifact times from the store's files
+    assert "fixed-1 — auto-detected (designer.fixed_pool=seeds)" in run
+    assert "fixed_pool: null" in _section(page, "config")
+
+
+def test_top_environments_are_ranked_by_regret_with_code(rendered: tuple[Path, str, dict]) -> None:
+    _, page, _ = rendered
+    top = _section(page, "top-envs")
+    first = re.findall(r"<h3>([0-9a-f]{16})</h3>", top)
+    hostile_id = _env_id(f"# {HOSTILE}\nclass Hostile:\n    pass\n")
+    assert first[0] == hostile_id  # regret 0.5 in both generations: one entry, scored twice
+    assert first.count(hostile_id) == 1 and "scored 2×" in top
+    assert "class Replayed:" in top  # a replayed environment's code comes from the memory table
+    assert "regret +0.100 · designer reward – ·" in top  # and it rewarded no designer
+    assert "&lt; &amp; &gt;" in top  # ordinary code is escaped too
+
+
+def test_auto_detected_baseline_is_in_the_eval_comparison(rendered: tuple[Path, str, dict]) -> None:
+    _, page, _ = rendered
+    evals = _section(page, "evals")
+    assert "fixed-environment run fixed-1" in evals and "baseline fixed-1 score" in evals
+    # humaneval gen 2: the run passes 4 of 6 (0.667), the base model and the baseline 3 of 6 (0.5)
+    assert re.search(r"<td[^>]*>humaneval</td><td[^>]*>2</td><td[^>]*>6</td><td[^>]*>0\.667</td>", evals)
+    assert "+0.167" in evals
+
+
+# -- without a browser -------------------------------------------------------------------------------------
+
+
+def test_given_baseline_is_compared_and_unknown_baseline_is_an_error(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, baseline=None)
+    _config(store, "other-fixed", ["designer.fixed_pool=run:spade-1"])
+    _baseline_generation(store, "other-fixed", 1)
+    out = tmp_path / "out"
+    index = write_report(store, "spade-1", out_dir=out, baseline="other-fixed")
+    evals = _section(index.read_text(), "evals")
+    assert "baseline other-fixed score" in evals and "+0.167" in evals
+    assert (out / "evals.png").stat().st_size > 0
+    result = runner.invoke(app, ["spade-1", "--store", str(tmp_path / "store"), "--baseline", "nope"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: baseline run 'nope' is not in the store {tmp_path / 'store'}; runs: other-fixed, spade-1\n"
+    )
+
+
+def test_fixed_environment_run_reports_its_pool_and_no_baseline(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False)
+    page = write_report(store, "fixed-1", out_dir=tmp_path / "out").read_text()
+    run = _section(page, "run")
+    assert "fixed-environment baseline (designer.fixed_pool=seeds)" in run
+    assert "none (this run is a fixed-environment run)" in run
+    assert "fig-funnel" in page and "fig-win_rate" in page and "fig-evals" in page
+    assert "no data yet" in _section(page, "designer-reward")  # no designs, so no designer reward
+    assert "(code not stored)" in _section(page, "top-envs")  # this fixture's pool has no memory table
+
+
+def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    frame = pd.DataFrame(
+        [
+            {"design_id": "d0", "doc_id": None, "group_id": "g", "skill": "optimization", "kind": "game"}
+            | {"prompt": "[]", "completion": "no code", "code": None, "env_id": None, "model_ref": "base"}
+        ]
+    )
+    store.write_table("designs", frame, run_id="young", gen=1, stage="design")
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "training.png").write_bytes(b"stale")  # a figure of an earlier report must not linger
+    page = write_report(store, "young", out_dir=out).read_text()
+    assert "fig-funnel" in _section(page, "funnel")
+    for anchor in ("scores", "designer-reward", "training", "evals", "top-envs", "config"):
+        assert "no data yet" in _section(page, anchor), anchor
+    assert sorted(p.name for p in out.iterdir()) == ["funnel.png", "index.html"]
+
+
+def test_unknown_run_is_one_line_naming_it_and_the_runs(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False)
+    result = runner.invoke(app, ["spade-9", "--store", str(tmp_path / "store")])
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: run 'spade-9' is not in the store {tmp_path / 'store'}; runs: fixed-1, spade-1\n")
+    empty = runner.invoke(app, ["x", "--store", str(tmp_path / "empty")])
+    assert (empty.exit_code, empty.stderr) == (
+        2,
+        f"error: run 'x' is not in the store {tmp_path / 'empty'}; the store holds no runs yet\n",
+    )
+
+
+def test_s3_store_reports_into_the_working_directory(
+    tmp_path: Path, s3_bucket: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(s3_bucket, endpoint_url=s3_endpoint)
+    fill(store, hostile=False, baseline=None)
+    monkeypatch.chdir(tmp_path)
+    args = ["spade-1", "--store", s3_bucket, "--set", f"store.endpoint_url={s3_endpoint}"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "spade-report-spade-1/index.html"
+    page = (tmp_path / "spade-report-spade-1" / "index.html").read_text()
+    run = _section(page, "run")
+    assert "1, 2" in run and "UTC" in run
+    assert all(f'id="fig-{name}"' in page for name in FIGURES)
+
+
+def test_out_must_be_a_local_directory(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False, baseline=None)
+    result = runner.invoke(app, ["spade-1", "--store", str(tmp_path / "store"), "--out", "s3://bucket/x"])
+    assert result.exit_code == 2 and "must be a local directory" in result.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = runner.invoke(app, ["spade-1", "--store", str(tmp_path / "store"), "--out", str(blocker / "sub")])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: cannot write the report to '{blocker}/sub'")
