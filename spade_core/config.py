@@ -167,7 +167,9 @@ class TrainingConfig(_Section):
     learning_rate: float = Field(1e-6, gt=0, description="Learning rate.")
     epochs: int = Field(1, ge=1, description="Epochs over the generation's batch.")
     per_device_batch_size: int = Field(4, ge=1, description="Samples per device per step.")
-    designer_fraction: float = Field(0.5, ge=0, le=1, description="Share of designer samples in the batch.")
+    designer_fraction: float = Field(
+        0.5, ge=0, le=1, description="Cap on the designer's share of the batch (0 = agent only, 1 = designer only)."
+    )
     lora: bool = Field(False, description="Train a LoRA adapter instead of all weights.")
     lora_r: int = Field(8, ge=1, description="LoRA rank.")
     accelerate_config: str | None = Field(None, description="File under data/accelerate/ (None = single process).")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from agents import OracleAgent
 from typer.testing import CliRunner
 
 from sandbox.session import EnvSession
@@ -14,7 +14,7 @@ from spade_core.cli import app
 from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.contract import env_id_for, split_actions
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
+from spade_core.llm.base import SamplingParams
 from spade_core.rollout import EpisodeSpec, RolloutEngine, plan_episodes
 from spade_core.store import Store
 
@@ -112,28 +112,6 @@ def test_hostile_envs_mid_batch_do_not_stop_the_others(tiny_generator) -> None: 
     assert [r["error_type"] for r in rows] == [None, "timeout", "exception", "memory", None]
     assert [r["episode_return"] for r in rows[1:4]] == [0.0, 0.0, 0.0]
     assert rows[0]["turns"] >= 1 and rows[4]["turns"] >= 1
-
-
-@dataclass
-class OracleAgent:
-    """A scripted policy that replies with the reference solution's next action (tests the engine's
-    bookkeeping of returns independently of what the tiny model happens to say)."""
-
-    answers: dict[str, list[str]]
-    model_ref: str = "scripted:oracle"
-    supports_token_prompts: bool = False
-    calls: list[int] = field(default_factory=list)
-
-    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
-        self.calls.append(len(requests))
-        out = []
-        for r in requests:
-            turn = sum(m["role"] == "assistant" for m in r.messages)
-            out.append(Completion(text=self.answers[r.messages[1]["content"]][turn]))
-        return out
-
-    def close(self) -> None:
-        pass
 
 
 def test_oracle_plays_reach_return_one_and_finished_episodes_leave_the_batch(tiny_generator) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import typer
 
-from spade_core.cli import catalog_cmd, config_cmd, corpus_cmd, demo_cmd, design_cmd, env_cmd, envs_cmd, rollout_cmd
+from spade_core.cli import (
+    catalog_cmd,
+    config_cmd,
+    corpus_cmd,
+    demo_cmd,
+    design_cmd,
+    env_cmd,
+    envs_cmd,
+    report_cmd,
+    rollout_cmd,
+    train_cmd,
+)
 
 app = typer.Typer(
     name="spade",
@@ -19,6 +30,8 @@ app.command("validate")(env_cmd.validate)
 app.command("rollout")(rollout_cmd.rollout)
 app.command("design")(design_cmd.design)
 app.command("demo")(demo_cmd.demo)
+app.command("train")(train_cmd.train)
+app.command("report")(report_cmd.report)
 app.add_typer(env_cmd.env_app, name="env")
 app.add_typer(envs_cmd.envs_app, name="envs")
 app.add_typer(corpus_cmd.corpus_app, name="corpus")

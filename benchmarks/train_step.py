@@ -1,0 +1,112 @@
+"""GRPO step cost on the tiny preset: seconds per optimizer step, peak RSS and trained tokens per second,
+for full fine-tuning and LoRA, each run exactly as the pipeline runs it (``accelerate launch`` subprocess).
+
+The batch is real: no-hint episodes that the tiny model plays on seed environments through the rollout
+engine, stored in a temporary store. Their rewards are then set to 0/1 alternately within each group, so
+every group carries a learning signal: this times the update, not the policy. The last line is
+machine-readable:
+
+    full_s_per_step=<s> full_peak_rss_gb=<g> full_tokens_per_s=<t> lora_s_per_step=<s> lora_peak_rss_gb=<g> \
+lora_tokens_per_s=<t>
+
+    .venv/bin/python benchmarks/train_step.py [--envs 4] [--plays 4] [--turns 3] [--tokens 32]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# benchmarks/sandbox.py is named like the `sandbox` package: drop this directory from the import path so
+# `import sandbox` finds the package when a script here is run by path.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse
+import resource
+import statistics
+import tempfile
+from typing import Any
+
+import pandas as pd
+
+from spade_core.config import RolloutConfig, load_config
+from spade_core.envs.seeds import load_seed_envs
+from spade_core.llm.base import SamplingParams
+from spade_core.llm.hf import TransformersGenerator
+from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store import Store
+from spade_core.train_launch import launch_training
+
+RUN = "bench"
+
+
+def stored_generation(store: Store, envs: int, plays: int, turns: int, tokens: int) -> int:
+    """Play and store one generation's no-hint episodes; returns the number of episodes."""
+    generator = TransformersGenerator("embedded", device="cpu", dtype="float32", batch_size=16)
+    rollout = RolloutConfig(max_turns=turns, max_tokens_per_turn=tokens, max_context_tokens=1024)
+    specs = [EpisodeSpec(e.env_id, e.code, 0, play=p) for e in load_seed_envs()[:envs] for p in range(plays)]
+    rows = RolloutEngine(generator, rollout, SamplingParams(temperature=1.0, seed=0), call_timeout_s=5.0).run(specs)
+    generator.close()
+    frame = pd.DataFrame(rows)
+    frame["episode_return"] = [float(p % 2) for p in range(len(frame))]  # 0/1 within each group of `plays`
+    store.write_table("episodes", frame, run_id=RUN, gen=1, stage="bench")
+    return len(frame)
+
+
+def measure(root: str, lora: bool) -> dict[str, float]:
+    cfg = load_config(
+        "tiny",
+        None,
+        [f"store.root={root}", f"training.lora={str(lora).lower()}", "training.per_device_batch_size=4"],
+    )
+    store = Store(root)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    summary = launch_training(cfg, store, RUN, 1)
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    metrics = store.read_table("train_metrics", run_id=RUN, gen=1).drop_duplicates("step")
+    seconds = [float(s) for s in metrics["step_seconds"].dropna()]
+    out = {
+        "steps": float(summary.steps),
+        "s_per_step": statistics.median(seconds),
+        "peak_rss_gb": peak_kb / 1024**2,
+        "tokens_per_s": summary.tokens_trained * cfg.training.epochs / sum(seconds),  # the agent's own tokens
+        "rss_measured": float(peak_kb > before),
+    }
+    store.fs.rm(store.checkpoint_dir(RUN, 1), recursive=True)  # the next variant starts from the same base
+    for path in store.table_files("train_metrics", RUN, 1):
+        store.fs.rm(path)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=4, help="Seed environments played.")
+    parser.add_argument("--plays", type=int, default=4, help="No-hint plays per environment (group size).")
+    parser.add_argument("--turns", type=int, default=3, help="Turn limit per episode.")
+    parser.add_argument("--tokens", type=int, default=32, help="Agent tokens per turn.")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="spade-bench-train-") as root:
+        n = stored_generation(Store(root), args.envs, args.plays, args.turns, args.tokens)
+        print(f"stored {n} real episodes ({args.envs} envs x {args.plays} plays)")
+        # LoRA first: ru_maxrss of children is a running maximum, so the larger full run comes second.
+        results: dict[str, dict[str, Any]] = {}
+        for name, lora in (("lora", True), ("full", False)):
+            results[name] = measure(root, lora)
+            r = results[name]
+            print(
+                f"{name}: {r['steps']:.0f} steps, {r['s_per_step']:.2f} s/step (median), "
+                f"peak RSS {r['peak_rss_gb']:.2f} GB, {r['tokens_per_s']:.0f} trained tokens/s"
+            )
+    if not results["full"]["rss_measured"]:
+        print("note: the full run's peak RSS did not exceed the LoRA run's; the figure is the LoRA peak")
+    print(
+        " ".join(
+            f"{name}_{key}={results[name][key]:.3g}"
+            for name in ("full", "lora")
+            for key in ("s_per_step", "peak_rss_gb", "tokens_per_s")
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

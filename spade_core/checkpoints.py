@@ -1,0 +1,183 @@
+"""Checkpoints in the store and the model each generation plays with (DESIGN.md §4, §7 step 9).
+
+Generation ``g`` trains from checkpoint ``g - 1`` and writes checkpoint ``g`` under
+``{root}/checkpoints/run={run_id}/gen={g}/``; checkpoint 0 is the base model (``model.name_or_path``).
+A checkpoint holds either full weights (``save_pretrained``) or a LoRA adapter, plus the tokenizer, and
+a marker file ``spade-checkpoint.json`` written LAST: a directory without the marker is an interrupted
+upload and is never used.
+
+Every backend needs a plain local HF directory: an S3 checkpoint is downloaded once into the local
+cache, and a LoRA adapter is merged onto its parent model once (also cached), so transformers loads it
+and the vLLM server restarts on it the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from spade_core.llm.embedded import cache_dir, resolve_model
+from spade_core.store import Store
+
+MARKER = "spade-checkpoint.json"
+# full = all weights; lora = an adapter on the parent; unchanged = no update happened (no usable samples, or
+# every group had zero reward variance): the marker alone, pointing at the parent, so the chain stays whole.
+KINDS = ("full", "lora", "unchanged")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing or incomplete; the message names the run and generation."""
+
+
+def _store_key(store: Store) -> str:
+    return hashlib.sha256(store.base.encode()).hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One process at a time materialises a cache directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def checkpoint_complete(store: Store, run_id: str, gen: int) -> bool:
+    """True when checkpoint ``gen`` of the run was written completely (gen 0, the base model, always is)."""
+    return gen == 0 or store.exists(f"{store.checkpoint_dir(run_id, gen)}/{MARKER}")
+
+
+def read_marker(store: Store, run_id: str, gen: int) -> dict[str, Any]:
+    """The metadata of a complete checkpoint (kind, parent, base model, files, created)."""
+    if not checkpoint_complete(store, run_id, gen) or gen == 0:
+        raise CheckpointError(f"checkpoint run={run_id} gen={gen} does not exist (or its upload did not finish)")
+    return dict(json.loads(store.read_bytes(f"{store.checkpoint_dir(run_id, gen)}/{MARKER}")))
+
+
+def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, gen: int, meta: dict[str, Any]) -> str:
+    """Copy a saved model (or adapter) directory into the store, then write the marker.
+
+    Args:
+        store: The artifact store (local or S3).
+        local_dir: A directory written by ``save_pretrained`` (weights or adapter, plus tokenizer).
+        run_id: Run the checkpoint belongs to.
+        gen: Generation that produced it (>= 1).
+        meta: Extra marker fields; must include ``kind`` (one of :data:`KINDS`) and ``parent_gen``.
+
+    Returns:
+        The checkpoint directory in the store.
+    """
+    if gen < 1:
+        raise CheckpointError(f"checkpoint generation must be >= 1 (0 is the base model), got {gen}")
+    if meta.get("kind") not in KINDS:
+        raise CheckpointError(f"checkpoint kind {meta.get('kind')!r} must be one of {', '.join(KINDS)}")
+    src = Path(local_dir)
+    target = store.checkpoint_dir(run_id, gen)
+    with contextlib.suppress(FileNotFoundError):  # a rerun replaces an interrupted or older upload
+        store.fs.rm(target, recursive=True)
+    files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != MARKER)
+    for path in files:
+        rel = path.relative_to(src).as_posix()
+        store.write_bytes(f"{target}/{rel}", path.read_bytes())
+    marker = {
+        **meta,
+        "run_id": run_id,
+        "gen": gen,
+        "files": [p.relative_to(src).as_posix() for p in files],
+        "bytes": sum(p.stat().st_size for p in files),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    store.write_text(f"{target}/{MARKER}", json.dumps(marker, indent=2, sort_keys=True))
+    return target
+
+
+def local_checkpoint_dir(store: Store, run_id: str, gen: int) -> Path:
+    """A local directory holding checkpoint ``gen`` as stored (downloaded once from S3)."""
+    meta = read_marker(store, run_id, gen)
+    if not store.is_s3:
+        return Path(store.checkpoint_dir(run_id, gen))
+    local = cache_dir() / "checkpoints" / _store_key(store) / f"run={run_id}" / f"gen={gen}"
+    with _locked(local):
+        if (local / MARKER).is_file() and json.loads((local / MARKER).read_text()) == meta:
+            return local
+        shutil.rmtree(local, ignore_errors=True)
+        tmp = local.with_name(f".{local.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        source = store.checkpoint_dir(run_id, gen)
+        for rel in meta["files"]:
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(store.read_bytes(f"{source}/{rel}"))
+        (tmp / MARKER).write_text(json.dumps(meta))
+        os.replace(tmp, local)
+    return local
+
+
+def _merged_lora(cfg: Any, store: Store, run_id: str, gen: int, adapter_dir: Path, parent_gen: int) -> Path:
+    """Merge a LoRA adapter onto its parent model once; the merged directory is cached locally."""
+    merged = cache_dir() / "merged" / _store_key(store) / f"run={run_id}" / f"gen={gen}"
+    with _locked(merged):
+        if (merged / "config.json").is_file():
+            return merged
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        parent = model_path_for_checkpoint(cfg, store, run_id, parent_gen)
+        base = AutoModelForCausalLM.from_pretrained(parent, dtype=torch.float32)
+        model = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+        tmp = merged.with_name(f".{merged.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(str(adapter_dir)).save_pretrained(tmp)
+        os.replace(tmp, merged)
+    return merged
+
+
+def model_path_for_checkpoint(cfg: Any, store: Store, run_id: str, gen: int) -> str:
+    """A local HF model directory (or hub id, for the base model) for checkpoint ``gen`` of the run.
+
+    Gen 0 is the configured base model. A LoRA checkpoint is returned merged onto its parent.
+
+    Raises:
+        CheckpointError: the checkpoint does not exist or its upload did not finish.
+    """
+    if gen == 0:
+        return resolve_model(cfg.model.name_or_path)
+    meta = read_marker(store, run_id, gen)
+    if meta["kind"] == "unchanged":
+        return model_path_for_checkpoint(cfg, store, run_id, int(meta["parent_gen"]))
+    local = local_checkpoint_dir(store, run_id, gen)
+    if meta["kind"] == "lora":
+        return str(_merged_lora(cfg, store, run_id, gen, local, int(meta["parent_gen"])))
+    return str(local)
+
+
+def newest_checkpoint_below(store: Store, run_id: str, gen: int) -> int:
+    """The newest complete checkpoint with index < ``gen`` (0 = the base model)."""
+    for g in range(gen - 1, 0, -1):
+        if checkpoint_complete(store, run_id, g):
+            return g
+    return 0
+
+
+def model_for_generation(cfg: Any, store: Store, run_id: str, gen: int) -> str:
+    """The model generation ``gen`` plays with: the newest complete checkpoint before it, else the base."""
+    return model_path_for_checkpoint(cfg, store, run_id, newest_checkpoint_below(store, run_id, gen))
+
+
+def model_cfg_for_generation(cfg: Any, store: Store, run_id: str, gen: int) -> Any:
+    """``cfg.model`` pointing at :func:`model_for_generation` (feed it to ``make_generator``)."""
+    return cfg.model.model_copy(update={"name_or_path": model_for_generation(cfg, store, run_id, gen)})

@@ -1,0 +1,199 @@
+"""The GRPO batch of one generation, built from the store (DESIGN.md §7 step 9).
+
+Two roles share one update:
+
+- **agent**: the no-hint episodes, one group per (environment, seed), reward = the episode return. The
+  episode's token ids are the whole conversation; the prompt is everything before the agent's first
+  token and the loss mask (``env_mask`` in TRL) is 1 exactly on the agent's own tokens, so observations
+  that the environment wrote are never trained on.
+- **designer**: the designs, one group per document prompt (``group_id``), reward = the designer reward
+  of ``env_scores`` (the invalid reward for a design that was not scored).
+
+TRL normalises advantages over blocks of ``num_generations`` consecutive rows. Groups of both roles are
+cut into blocks of ``block = gcd`` of their sizes (paper defaults: 8 plays and 4 designs → blocks of
+4), so every block holds samples of one group of one role and advantages stay per group, so per role. A
+group larger than the block is normalised per block (a smaller baseline, still unbiased); leftover
+samples that do not fill a block are dropped and counted. Blocks whose rewards are all equal carry no
+signal (zero advantage): they are counted and reported, not an error.
+
+Pure functions over frames: no model, no Prefect. ``spade_core.train`` feeds the batch to TRL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+AGENT = "agent"
+DESIGNER = "designer"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training row: what TRL's ``rollout_func`` returns for it, plus its reward."""
+
+    role: str
+    group: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    env_mask: list[int]  # 1 = the model's own token (trained on), 0 = environment text
+    reward: float
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.env_mask)
+
+
+@dataclass
+class Batch:
+    """Blocks of ``block_size`` samples (one group, one role each) and what was left out."""
+
+    block_size: int
+    blocks: list[list[Sample]] = field(default_factory=list)
+    dropped_samples: int = 0
+    skipped_episodes: int = 0  # no token ids (a model error before the first turn) or no agent token
+
+    def samples(self, role: str | None = None) -> list[Sample]:
+        return [s for b in self.blocks for s in b if role is None or s.role == role]
+
+    def zero_variance_blocks(self, role: str | None = None) -> int:
+        """Blocks whose rewards are all equal: zero advantage, no gradient."""
+        return sum(
+            1
+            for b in self.blocks
+            if (role is None or b[0].role == role) and max(s.reward for s in b) - min(s.reward for s in b) < 1e-12
+        )
+
+    def reward_stats(self, role: str) -> tuple[float, float]:
+        rewards = [s.reward for s in self.samples(role)]
+        if not rewards:
+            return math.nan, math.nan
+        mean = sum(rewards) / len(rewards)
+        return mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+
+
+def split_episode(token_ids: Iterable[int], loss_mask: Iterable[int]) -> tuple[list[int], list[int], list[int]] | None:
+    """Cut an episode into (prompt ids, completion ids, env mask) at the agent's first token.
+
+    >>> split_episode([1, 2, 3, 4, 5, 6], [0, 0, 1, 1, 0, 1])
+    ([1, 2], [3, 4, 5, 6], [1, 1, 0, 1])
+    >>> split_episode([1, 2], [0, 0]) is None  # the agent never spoke: nothing to train on
+    True
+    """
+    ids, mask = [int(t) for t in token_ids], [int(m) for m in loss_mask]
+    if len(ids) != len(mask):
+        raise ValueError(f"token_ids ({len(ids)}) and loss_mask ({len(mask)}) differ in length")
+    if 1 not in mask:
+        return None
+    first = mask.index(1)
+    return ids[:first], ids[first:], mask[first:]
+
+
+def agent_samples(episodes: pd.DataFrame) -> tuple[list[Sample], int]:
+    """No-hint episodes as agent samples grouped per (env_id, seed); returns (samples, skipped)."""
+    samples: list[Sample] = []
+    skipped = 0
+    rows = episodes[episodes["condition"] == "no_hint"] if not episodes.empty else episodes
+    for row in rows.sort_values(["env_id", "seed", "episode_id"]).itertuples() if not rows.empty else []:
+        token_ids, loss_mask = row.token_ids, row.loss_mask
+        parts = None if token_ids is None or loss_mask is None else split_episode(token_ids, loss_mask)
+        if parts is None:
+            skipped += 1
+            continue
+        prompt, completion, mask = parts
+        reward = float(row.episode_return) if math.isfinite(float(row.episode_return)) else 0.0
+        samples.append(Sample(AGENT, f"agent:{row.env_id}:{row.seed}", prompt, completion, mask, reward))
+    return samples, skipped
+
+
+def designer_samples(
+    designs: pd.DataFrame, scores: pd.DataFrame, tokenizer: Any, invalid_reward: float
+) -> list[Sample]:
+    """Designs as designer samples grouped per document prompt (``group_id``).
+
+    The prompt is re-rendered from the stored chat messages with the chat template, exactly as the
+    designer saw it; the completion is the stored reply followed by the end-of-turn token.
+    """
+    if designs.empty:
+        return []
+    reward_of: dict[str, float] = {}
+    if not scores.empty:
+        for row in scores.dropna(subset=["design_id"]).itertuples():
+            reward_of[str(row.design_id)] = float(row.designer_reward)
+    eos = tokenizer.eos_token_id
+    samples = []
+    for row in designs.sort_values(["group_id", "design_id"]).itertuples():
+        messages = json.loads(row.prompt)
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt_ids = [int(t) for t in (prompt["input_ids"] if hasattr(prompt, "keys") else prompt)]
+        completion = [*map(int, tokenizer(row.completion, add_special_tokens=False)["input_ids"]), int(eos)]
+        reward = reward_of.get(str(row.design_id), invalid_reward)
+        mask = [1] * len(completion)
+        samples.append(Sample(DESIGNER, f"designer:{row.group_id}", prompt_ids, completion, mask, reward))
+    return samples
+
+
+def _groups(samples: list[Sample]) -> dict[str, list[Sample]]:
+    groups: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        groups[s.group].append(s)
+    return dict(groups)
+
+
+def block_size(samples: list[Sample]) -> int:
+    """The gcd of the group sizes (at least 2: a group of one has no baseline).
+
+    >>> block_size([Sample("agent", "a", [], [1], [1], 0.0)] * 8 + [Sample("designer", "d", [], [1], [1], 0.0)] * 4)
+    4
+    """
+    sizes = [len(g) for g in _groups(samples).values() if len(g) >= 2]
+    return max(2, math.gcd(*sizes)) if sizes else 2
+
+
+def mix_roles(agent: list[Sample], designer: list[Sample], designer_fraction: float, seed: int) -> list[Sample]:
+    """Cap the designer's share of the batch at ``designer_fraction`` by keeping whole designer groups
+    (chosen at random, seeded); agent samples are never dropped, except that 1 means designer only and
+    0 means agent only.
+
+    >>> a = [Sample("agent", f"a{i}", [], [1], [1], 0.0) for i in range(6)]
+    >>> d = [Sample("designer", f"d{i}", [], [1], [1], 0.0) for i in range(8)]
+    >>> sorted({s.role for s in mix_roles(a, d, 0.0, 0)}), len(mix_roles(a, d, 0.25, 0)), len(mix_roles(a, d, 0.9, 0))
+    (['agent'], 8, 14)
+    """
+    if designer_fraction <= 0:
+        return list(agent)
+    if designer_fraction >= 1:
+        return list(designer)
+    wanted_designer = designer_fraction / (1 - designer_fraction) * len(agent)
+    if agent and len(designer) > wanted_designer:
+        designer = _keep_groups(designer, wanted_designer, random.Random(seed))
+    return agent + designer
+
+
+def _keep_groups(samples: list[Sample], budget: float, rng: random.Random) -> list[Sample]:
+    groups = list(_groups(samples).values())
+    rng.shuffle(groups)
+    kept: list[Sample] = []
+    for g in groups:
+        if len(kept) + len(g) > max(budget, len(groups[0])):
+            continue
+        kept.extend(g)
+    return sorted(kept, key=lambda s: s.group)
+
+
+def make_batch(samples: list[Sample], skipped_episodes: int = 0) -> Batch:
+    """Cut every group into blocks of :func:`block_size` samples (one group, one role per block)."""
+    size = block_size(samples)
+    batch = Batch(block_size=size, skipped_episodes=skipped_episodes)
+    for group in _groups(samples).values():
+        full = len(group) // size * size
+        batch.dropped_samples += len(group) - full
+        batch.blocks.extend(group[i : i + size] for i in range(0, full, size))
+    return batch

@@ -1,0 +1,135 @@
+"""Run the GRPO update of a generation as ``accelerate launch -m spade_core.train`` (DESIGN.md §10).
+
+Training is a subprocess of the pipeline so one setting, ``training.accelerate_config`` (a file under
+``data/accelerate/``), moves it from the CPU to one GPU to several GPUs (DDP, FSDP, DeepSpeed) without
+code changes. The child reads the generation from the store and writes the checkpoint (marker last) and
+the ``train_metrics`` table; the parent reads the result back from the checkpoint's marker, so a
+training run can also be redone or moved to another machine with ``spade train --run-id R --gen G``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spade_core.checkpoints import read_marker
+from spade_core.store import Store
+
+ACCELERATE_DIR = Path(__file__).resolve().parent.parent / "data" / "accelerate"
+
+
+class TrainingError(RuntimeError):
+    """The training subprocess failed; the message carries the last lines of its output."""
+
+
+@dataclass
+class TrainSummary:
+    """What one generation's update did (also stored in the checkpoint's marker)."""
+
+    run_id: str
+    gen: int
+    checkpoint: str | None
+    kind: str | None = None  # full | lora | unchanged (see spade_core.checkpoints.KINDS)
+    steps: int = 0
+    agent_samples: int = 0
+    designer_samples: int = 0
+    block_size: int = 0
+    zero_variance_groups: int = 0
+    dropped_samples: int = 0
+    skipped_episodes: int = 0
+    tokens_trained: int = 0
+    loss_mean: float | None = None
+    seconds: float = 0.0
+    skipped_reason: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainSummary:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One line for logs and the CLI."""
+        if self.kind == "unchanged" or self.checkpoint is None:
+            return f"gen {self.gen}: no update ({self.skipped_reason})"
+        loss = "n/a" if self.loss_mean is None else f"{self.loss_mean:.4f}"
+        return (
+            f"gen {self.gen}: {self.steps} steps, {self.agent_samples} agent + {self.designer_samples} designer "
+            f"samples (groups of {self.block_size}, {self.zero_variance_groups} with zero reward variance), "
+            f"{self.tokens_trained} tokens, loss {loss}, {self.seconds:.1f}s -> {self.checkpoint} ({self.kind})"
+        )
+
+
+def accelerate_config_path(name: str | None) -> Path | None:
+    """The accelerate config file of ``training.accelerate_config`` (a name under data/accelerate/ or a path)."""
+    if not name:
+        return None
+    candidates = [Path(name).expanduser(), ACCELERATE_DIR / name]
+    for path in candidates:
+        if path.is_file():
+            return path
+    available = ", ".join(sorted(p.name for p in ACCELERATE_DIR.glob("*.yaml")))
+    raise FileNotFoundError(f"training.accelerate_config {name!r} not found; files in data/accelerate/: {available}")
+
+
+def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int) -> list[str]:
+    """The ``accelerate launch`` command line of one update (CPU: one process, no mixed precision)."""
+    launch = [sys.executable, "-m", "accelerate.commands.launch"]
+    acc = accelerate_config_path(cfg.training.accelerate_config)
+    if acc is not None:
+        launch += ["--config_file", str(acc)]
+    else:
+        import torch
+
+        on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available()
+        launch += ["--num_processes", "1", "--num_machines", "1", "--dynamo_backend", "no"]
+        launch += ["--mixed_precision", "bf16" if on_gpu and cfg.training.bf16 else "no"]
+        if not on_gpu:
+            launch += ["--cpu"]
+    return [*launch, "-m", "spade_core.train", "--run-id", run_id, "--gen", str(gen), "--config", config_file]
+
+
+def launch_training(
+    cfg: Any, store: Store, run_id: str, gen: int, echo: Callable[[str], None] | None = None
+) -> TrainSummary:
+    """Train generation ``gen`` of the run in an ``accelerate launch`` subprocess and return its summary.
+
+    A no-op (``skipped_reason`` set, no checkpoint) when ``training.enabled`` is false.
+
+    Raises:
+        TrainingError: the subprocess exited non-zero (the message ends with its last output lines).
+    """
+    if not cfg.training.enabled:
+        return TrainSummary(run_id, gen, None, skipped_reason="training.enabled is false")
+    started = time.perf_counter()
+    tail: deque[str] = deque(maxlen=25)
+    with tempfile.TemporaryDirectory(prefix="spade-train-") as tmp:
+        config_file = os.path.join(tmp, "config.yaml")
+        Path(config_file).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        cmd = accelerate_command(cfg, config_file, run_id, gen)
+        env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        ) as proc:
+            for line in proc.stdout or ():
+                tail.append(line.rstrip())
+                if echo is not None:
+                    echo(line.rstrip())
+            code = proc.wait()
+    if code != 0:
+        raise TrainingError(f"training of run={run_id} gen={gen} failed (exit {code}):\n" + "\n".join(tail))
+    summary = TrainSummary.from_dict(read_marker(store, run_id, gen)["summary"])
+    summary.seconds = time.perf_counter() - started
+    return summary

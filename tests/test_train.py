@@ -1,0 +1,226 @@
+"""GRPO training from stored rollouts on the tiny model (CPU): masks, real updates, checkpoints, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import torch
+from agents import OracleAgent, oracle_answers
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from spade_core.checkpoints import (
+    checkpoint_complete,
+    model_for_generation,
+    model_path_for_checkpoint,
+    read_marker,
+)
+from spade_core.cli import app
+from spade_core.config import RolloutConfig, load_config
+from spade_core.envs.seeds import load_seed_envs
+from spade_core.llm.base import GenerationRequest, SamplingParams
+from spade_core.llm.hf import TransformersGenerator
+from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store import Store
+from spade_core.train import build_batch, train_generation
+from spade_core.train_data import AGENT, DESIGNER
+from spade_core.train_launch import accelerate_command, launch_training
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("jail_processes_checked")]
+SEEDS = {e.skill: e for e in load_seed_envs()}
+ENVS = [SEEDS["pattern_recognition"], SEEDS["data_retrieval"]]
+RUN = "t"
+
+
+def _cfg(root: str, *overrides: str) -> Any:
+    return load_config(
+        "tiny",
+        None,
+        [f"store.root={root}", "training.learning_rate=1e-4", "training.per_device_batch_size=6", *overrides],
+    )
+
+
+def _episodes(tiny_generator: TransformersGenerator) -> pd.DataFrame:
+    """Real episodes: per (env, seed) one oracle play (return 1) and one tiny-model play (return ~0), so
+    groups have reward variance; plus hinted plays the trainer must ignore."""
+    rollout = RolloutConfig(max_turns=4, max_tokens_per_turn=24, max_context_tokens=1024)
+    params = SamplingParams(temperature=0.6, seed=0)
+    oracle = OracleAgent(oracle_answers(ENVS, seed=3))
+    oracle_specs = [EpisodeSpec(e.env_id, e.code, 3, play=0) for e in ENVS]
+    model_specs = [EpisodeSpec(e.env_id, e.code, 3, play=1) for e in ENVS]
+    hinted = [EpisodeSpec(e.env_id, e.code, 3, "hint", hint="Think.", play=0) for e in ENVS]
+    tok = tiny_generator.tokenizer
+    rows = RolloutEngine(oracle, rollout, params, call_timeout_s=3.0, tokenizer=tok).run(oracle_specs)
+    rows += RolloutEngine(tiny_generator, rollout, params, call_timeout_s=3.0).run(model_specs + hinted)
+    return pd.DataFrame(rows)
+
+
+def _designs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One designer group of two replies to the same prompt: one scored environment, one invalid reply
+    (the code is a short stand-in so a CPU step stays cheap; the trainer never runs it)."""
+    env = SEEDS["optimization"]
+    code = "class Boxes:\n    def reset(self, seed=None):\n        return 'Pack the boxes.', {}\n"
+    prompt = json.dumps(
+        [
+            {"role": "system", "content": "You design text environments as Python code."},
+            {"role": "user", "content": "Write an optimization game about packing boxes."},
+        ]
+    )
+    common = {"doc_id": "doc1", "group_id": "grp1", "skill": "optimization", "kind": "game", "prompt": prompt}
+    designs = pd.DataFrame(
+        [
+            {**common, "design_id": "des1", "completion": f"```python\n{code}```", "code": code}
+            | {"env_id": env.env_id, "model_ref": "base"},
+            {**common, "design_id": "des2", "completion": "I cannot write code.", "code": None}
+            | {"env_id": None, "model_ref": "base"},
+        ]
+    )
+    scores = pd.DataFrame(
+        [
+            {
+                "env_id": env.env_id,
+                "design_id": "des1",
+                "skill": "optimization",
+                "win_rate": 0.5,
+                "r_hint": 0.75,
+                "r_no_hint": 0.5,
+                "regret": 0.25,
+                "designer_reward": 0.8,
+            }
+        ]
+    )
+    return designs, scores
+
+
+@pytest.fixture(scope="module")
+def generation_frames(tiny_generator: TransformersGenerator) -> dict[str, pd.DataFrame]:
+    designs, scores = _designs()
+    return {"episodes": _episodes(tiny_generator), "designs": designs, "env_scores": scores}
+
+
+def _store_generation(store: Store, frames: dict[str, pd.DataFrame], gen: int = 1) -> None:
+    for table, frame in frames.items():
+        store.write_table(table, frame, run_id=RUN, gen=gen, stage="test")
+
+
+def _params(path: str) -> dict[str, torch.Tensor]:
+    return load_file(str(Path(path) / "model.safetensors"))
+
+
+def _generates(path: str) -> str:
+    gen = TransformersGenerator(path, device="cpu", dtype="float32", batch_size=2)
+    req = GenerationRequest(messages=[{"role": "user", "content": "Say hi."}])
+    text = gen.generate([req], SamplingParams(temperature=0.0, max_new_tokens=8))[0].text
+    gen.close()
+    return text
+
+
+def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = Store(str(tmp_path))
+    _store_generation(store, generation_frames)
+    cfg = _cfg(str(tmp_path))
+    gen = TransformersGenerator(tiny_model_dir, device="cpu", dtype="float32")
+    batch = build_batch(cfg, store, RUN, 1, gen.tokenizer)
+    episodes = generation_frames["episodes"]
+    no_hint = episodes[episodes["condition"] == "no_hint"]
+    assert len(batch.samples(AGENT)) == len(no_hint) == 4  # hinted plays are never trained on
+    assert len(batch.samples(DESIGNER)) == 2 and batch.block_size == 2
+    for row in no_hint.itertuples():
+        group = [s for s in batch.samples(AGENT) if s.group == f"agent:{row.env_id}:{row.seed}"]
+        sample = next(s for s in group if s.prompt_ids + s.completion_ids == list(row.token_ids))
+        assert sample.reward == row.episode_return
+        trained = [t for t, m in zip(sample.completion_ids, sample.env_mask, strict=True) if m]
+        agent_text = "".join(t["content"] for t in row.transcript if t["role"] == "assistant")
+        decoded = gen.tokenizer.decode(trained, skip_special_tokens=True)
+        assert decoded.replace("\n", "") == agent_text.replace("\n", "")
+        env_tokens = [t for t, m in zip(sample.completion_ids, sample.env_mask, strict=True) if not m]
+        masked_out = gen.tokenizer.decode(env_tokens)
+        for turn in row.transcript[2:]:  # later observations are environment text: never trained on
+            if turn["role"] == "user":
+                assert turn["content"].strip()[:40] in masked_out
+    rewards = sorted(s.reward for s in batch.samples(DESIGNER))
+    assert rewards == [0.0, 0.8]  # the invalid reply gets scoring.invalid_reward
+    gen.close()
+
+
+def test_full_finetuning_step_changes_weights_and_checkpoint_generates(
+    generation_frames, tiny_model_dir, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    store = Store(str(tmp_path))
+    _store_generation(store, generation_frames)
+    cfg = _cfg(str(tmp_path))
+    summary = train_generation(cfg, store, RUN, 1)
+    assert summary.kind == "full" and summary.steps >= 1, summary
+    assert summary.agent_samples == 4 and summary.designer_samples == 2
+    assert checkpoint_complete(store, RUN, 1)
+    path = model_path_for_checkpoint(cfg, store, RUN, 1)
+    assert model_for_generation(cfg, store, RUN, 2) == path  # generation 2 plays with checkpoint 1
+    before, after = _params(tiny_model_dir), _params(path)
+    changed = sum(not torch.equal(before[k], after[k]) for k in before)
+    assert changed > len(before) // 2, f"only {changed}/{len(before)} tensors changed"
+    assert (Path(path) / "tokenizer.json").is_file() or (Path(path) / "tokenizer_config.json").is_file()
+    assert isinstance(_generates(path), str)
+    metrics = store.read_table("train_metrics", run_id=RUN, gen=1)
+    assert set(metrics["role"]) == {AGENT, DESIGNER}
+    assert metrics["loss"].map(math.isfinite).all() and (metrics["tokens"] > 0).all()
+    assert store.fs.glob(f"{store.run_dir(RUN)}/tensorboard/gen=1/**/events.out.tfevents.*")
+
+
+def test_lora_under_accelerate_launch_on_s3_loads_back(
+    generation_frames, tiny_model_dir, s3_bucket, s3_endpoint
+) -> None:  # type: ignore[no-untyped-def]
+    store = Store(s3_bucket, endpoint_url=s3_endpoint)
+    _store_generation(store, generation_frames)
+    cfg = _cfg(s3_bucket, f"store.endpoint_url={s3_endpoint}", "training.lora=true", "training.lora_r=4")
+    lines: list[str] = []
+    summary = launch_training(cfg, store, RUN, 1, echo=lines.append)
+    assert summary.kind == "lora" and summary.steps >= 1, "\n".join(lines[-20:])
+    marker = read_marker(store, RUN, 1)
+    assert "adapter_config.json" in marker["files"] and "model.safetensors" not in marker["files"]
+    merged = model_path_for_checkpoint(cfg, store, RUN, 1)  # downloaded from S3, merged onto the base
+    before, after = _params(tiny_model_dir), _params(merged)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert isinstance(_generates(merged), str)
+
+
+def test_generation_without_trainable_samples_is_reported_not_crashed(tmp_path, tiny_model_dir) -> None:  # type: ignore[no-untyped-def]
+    store = Store(str(tmp_path))
+    cfg = _cfg(str(tmp_path))
+    summary = train_generation(cfg, store, RUN, 1)  # nothing stored at all
+    assert summary.kind == "unchanged" and "no trainable samples" in (summary.skipped_reason or "")
+    assert checkpoint_complete(store, RUN, 1)
+    assert model_for_generation(cfg, store, RUN, 2) == model_path_for_checkpoint(cfg, store, RUN, 0)
+
+
+def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = Store(str(tmp_path))
+    frames = dict(generation_frames)
+    frames["episodes"] = frames["episodes"].assign(episode_return=0.0)
+    frames["env_scores"] = frames["env_scores"].assign(designer_reward=0.0)
+    _store_generation(store, frames)
+    summary = train_generation(_cfg(str(tmp_path)), store, RUN, 1)
+    assert summary.kind == "unchanged" and summary.zero_variance_groups == 3
+    assert "zero reward variance" in (summary.skipped_reason or "")
+    assert store.read_table("train_metrics", run_id=RUN).empty
+
+
+def test_accelerate_command_uses_the_named_config_and_rejects_unknown_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = _cfg(str(tmp_path), "training.accelerate_config=ddp-8gpu.yaml")
+    cmd = accelerate_command(cfg, "c.yaml", RUN, 3)
+    assert cmd[cmd.index("--config_file") + 1].endswith("data/accelerate/ddp-8gpu.yaml")
+    assert cmd[-6:] == ["--run-id", RUN, "--gen", "3", "--config", "c.yaml"]
+    with pytest.raises(FileNotFoundError, match=r"'nope\.yaml' not found; files in data/accelerate/: .*ddp-8gpu"):
+        accelerate_command(_cfg(str(tmp_path), "training.accelerate_config=nope.yaml"), "c.yaml", RUN, 1)
+
+
+def test_spade_train_cli_reports_a_generation_with_nothing_to_train(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = CliRunner().invoke(app, ["train", "--run-id", RUN, "--gen", "1", "--store", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "gen 1: no update (no trainable samples" in result.output
+    bad = CliRunner().invoke(app, ["train", "--run-id", RUN, "--gen", "0", "--store", str(tmp_path)])
+    assert bad.exit_code == 2 and "--gen must be >= 1" in bad.output
