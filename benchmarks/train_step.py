@@ -9,7 +9,7 @@ machine-readable:
     full_s_per_step=<s> full_peak_rss_gb=<g> full_tokens_per_s=<t> lora_s_per_step=<s> lora_peak_rss_gb=<g> \
 lora_tokens_per_s=<t>
 
-    .venv/bin/python benchmarks/train_step.py [--envs 4] [--plays 4] [--turns 3] [--tokens 32]
+    .venv/bin/python benchmarks/train_step.py [--envs 4] [--plays 4] [--turns 3] [--tokens 32] [--set k=v]
 """
 
 from __future__ import annotations
@@ -53,12 +53,8 @@ def stored_generation(store: Store, envs: int, plays: int, turns: int, tokens: i
     return len(frame)
 
 
-def measure(root: str, lora: bool) -> dict[str, float]:
-    cfg = load_config(
-        "tiny",
-        None,
-        [f"store.root={root}", f"training.lora={str(lora).lower()}", "training.per_device_batch_size=4"],
-    )
+def measure(root: str, lora: bool, extra: list[str]) -> dict[str, float]:
+    cfg = load_config("tiny", None, [f"store.root={root}", f"training.lora={str(lora).lower()}", *extra])
     store = Store(root)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     summary = launch_training(cfg, store, RUN, 1)
@@ -70,6 +66,7 @@ def measure(root: str, lora: bool) -> dict[str, float]:
         "s_per_step": statistics.median(seconds),
         "peak_rss_gb": peak_kb / 1024**2,
         "tokens_per_s": summary.tokens_trained * cfg.training.epochs / sum(seconds),  # the agent's own tokens
+        "processed_tokens_per_s": float(metrics["tokens"].sum()) / sum(seconds),  # + prompts and env text
         "rss_measured": float(peak_kb > before),
     }
     store.fs.rm(store.checkpoint_dir(RUN, 1), recursive=True)  # the next variant starts from the same base
@@ -84,6 +81,7 @@ def main() -> None:
     parser.add_argument("--plays", type=int, default=4, help="No-hint plays per environment (group size).")
     parser.add_argument("--turns", type=int, default=3, help="Turn limit per episode.")
     parser.add_argument("--tokens", type=int, default=32, help="Agent tokens per turn.")
+    parser.add_argument("--set", action="append", help="Config override on the tiny preset (repeatable).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="spade-bench-train-") as root:
         n = stored_generation(Store(root), args.envs, args.plays, args.turns, args.tokens)
@@ -91,11 +89,12 @@ def main() -> None:
         # LoRA first: ru_maxrss of children is a running maximum, so the larger full run comes second.
         results: dict[str, dict[str, Any]] = {}
         for name, lora in (("lora", True), ("full", False)):
-            results[name] = measure(root, lora)
+            results[name] = measure(root, lora, args.set or [])
             r = results[name]
             print(
                 f"{name}: {r['steps']:.0f} steps, {r['s_per_step']:.2f} s/step (median), "
-                f"peak RSS {r['peak_rss_gb']:.2f} GB, {r['tokens_per_s']:.0f} trained tokens/s"
+                f"peak RSS {r['peak_rss_gb']:.2f} GB, {r['tokens_per_s']:.0f} trained tokens/s "
+                f"({r['processed_tokens_per_s']:.0f} tokens/s processed incl. prompts and environment text)"
             )
     if not results["full"]["rss_measured"]:
         print("note: the full run's peak RSS did not exceed the LoRA run's; the figure is the LoRA peak")
