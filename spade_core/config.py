@@ -177,11 +177,21 @@ class TrainingConfig(_Section):
     bf16: bool = Field(False, description="bf16 mixed precision (GPU presets).")
 
 
+SuiteName = Literal["reasoning_gym", "humaneval", "bfcl"]  # the registry of spade_core/eval/
+
+
+def _default_suites() -> list[SuiteName]:
+    return ["reasoning_gym"]
+
+
 class EvaluationConfig(_Section):
     every: int = Field(0, ge=0, description="Evaluate every k generations (0 = never).")
-    suites: list[str] = Field(default_factory=lambda: ["reasoning_gym"], description="Suites to run.")
+    suites: list[SuiteName] = Field(default_factory=_default_suites, description="Suites to run (spade_core/eval/).")
     limit: int = Field(50, ge=1, description="Items per suite.")
     seed: int = Field(1234, description="Held-out item selection seed.")
+    max_new_tokens: int | None = Field(
+        None, gt=0, description="Tokens per eval reply (None = each suite's default: 512, 512, 256 for bfcl)."
+    )
 
 
 class OrchestrationConfig(_Section):

@@ -13,6 +13,7 @@ from spade_core.cli import (
     design_cmd,
     env_cmd,
     envs_cmd,
+    eval_cmd,
     report_cmd,
     rollout_cmd,
     train_cmd,
@@ -32,6 +33,7 @@ app.command("design")(design_cmd.design)
 app.command("demo")(demo_cmd.demo)
 app.command("train")(train_cmd.train)
 app.command("report")(report_cmd.report)
+app.command("eval")(eval_cmd.eval_)
 app.add_typer(env_cmd.env_app, name="env")
 app.add_typer(envs_cmd.envs_app, name="envs")
 app.add_typer(corpus_cmd.corpus_app, name="corpus")

@@ -1,0 +1,61 @@
+"""Held-out evaluation suites (DESIGN.md §9), all offline, from packages:
+
+- ``reasoning_gym``: math, logic and algorithmic problems (reasoning-gym), fixed held-out seed;
+- ``humaneval``: HumanEval completions run with their tests in the jail;
+- ``bfcl``: BFCL simple / parallel / irrelevance calls and the multi-turn base set, BFCL's own checkers.
+
+One explicit registry, :data:`SUITES`; each suite is one module. Entry points: :func:`evaluate` (any
+generator), :func:`evaluate_checkpoint` (a stored run's checkpoint, writes ``evals``), :func:`summarize`.
+Suite modules import their packages lazily, so importing this one is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spade_core.eval.base import EvalItem, Suite, UnknownSuiteError
+from spade_core.eval.bfcl import BFCLSuite
+from spade_core.eval.humaneval import HumanEvalSuite
+from spade_core.eval.reasoning_gym_suite import ReasoningGymSuite
+
+SUITES: dict[str, type[Suite]] = {
+    "reasoning_gym": ReasoningGymSuite,
+    "humaneval": HumanEvalSuite,
+    "bfcl": BFCLSuite,
+}
+SUITE_NAMES: tuple[str, ...] = tuple(SUITES)
+
+
+def get_suite(name: str) -> Suite:
+    """A suite with its default settings, by registry name.
+
+    Raises:
+        UnknownSuiteError: ``name`` is not registered (the message lists the allowed names).
+    """
+    if name not in SUITES:
+        raise UnknownSuiteError(f"unknown evaluation suite {name!r}; allowed: {', '.join(SUITE_NAMES)}")
+    return SUITES[name]()
+
+
+def resolve_suites(suites: Sequence[str | Suite]) -> list[Suite]:
+    """Suite instances for names or instances, every name checked before any work starts."""
+    return [s if isinstance(s, Suite) else get_suite(s) for s in suites]
+
+
+from spade_core.eval.runner import evaluate, evaluate_checkpoint, summarize  # noqa: E402
+
+__all__ = [
+    "SUITES",
+    "SUITE_NAMES",
+    "BFCLSuite",
+    "EvalItem",
+    "HumanEvalSuite",
+    "ReasoningGymSuite",
+    "Suite",
+    "UnknownSuiteError",
+    "evaluate",
+    "evaluate_checkpoint",
+    "get_suite",
+    "resolve_suites",
+    "summarize",
+]

@@ -1,0 +1,264 @@
+"""Run held-out suites against a model: batched greedy generation, multi-turn episodes where a suite has
+them, scoring, and rows of the ``evals`` table (DESIGN.md §9).
+
+A failed model call or a reply that cannot be scored becomes a row with score 0 (its ``response`` says
+``[model_error] ...`` for the former); one bad item never stops the evaluation.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from spade_core.eval.base import EvalItem, Message, Suite
+from spade_core.llm.base import Completion, GenerationRequest, Generator, ModelError, SamplingParams
+from spade_core.schemas import SCHEMAS
+
+log = logging.getLogger(__name__)
+COLUMNS: list[str] = list(SCHEMAS["evals"].names)
+MAX_ROUNDS = 200  # generation rounds per episode, a backstop behind each suite's own turn and step limits
+
+
+@dataclass
+class _Episode:
+    item: EvalItem
+    messages: list[Message]
+    state: dict[str, Any]
+    replies: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def _generate(generator: Generator, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+    """One batched call; if the whole batch fails, each request alone, so one bad prompt costs one item."""
+    try:
+        out = generator.generate(requests, params)
+        if len(out) == len(requests):
+            return out
+        raise ModelError(f"generator returned {len(out)} completions for {len(requests)} requests")
+    except Exception as exc:
+        if len(requests) == 1:
+            return [Completion(text="", error=f"{type(exc).__name__}: {str(exc)[:300]}")]
+        log.warning("eval batch of %d failed (%s); retrying one by one", len(requests), exc)
+        return [c for r in requests for c in _generate(generator, [r], params)]
+
+
+def _score_safely(suite: Suite, items: list[EvalItem], responses: list[str]) -> list[tuple[float, bool]]:
+    try:
+        return suite.score_many(items, responses)
+    except Exception as exc:
+        if len(items) == 1:
+            log.warning("scoring %s failed: %s", items[0].item_id, exc)
+            return [(0.0, False)]
+        pairs = zip(items, responses, strict=True)
+        return [s for item, response in pairs for s in _score_safely(suite, [item], [response])]
+
+
+def run_episodes(
+    generator: Generator, suite: Suite, items: list[EvalItem], params: SamplingParams
+) -> list[tuple[str | None, str | None]]:
+    """Play every item to its end, all live episodes in one generation call per round.
+
+    Returns, per item, ``(response, error)``: the suite's final response, or the model error that ended it.
+    """
+    episodes = [_Episode(item, list(item.messages), suite.new_state(item)) for item in items]
+    live = episodes
+    for _ in range(MAX_ROUNDS):
+        if not live:
+            break
+        completions = _generate(generator, [GenerationRequest(messages=list(ep.messages)) for ep in live], params)
+        answered = []
+        for ep, completion in zip(live, completions, strict=True):
+            if completion.error is not None:
+                ep.error = completion.error
+                continue
+            ep.replies.append(completion.text)
+            ep.messages.append({"role": "assistant", "content": completion.text})
+            answered.append(ep)
+        try:
+            follow = suite.follow_up_many(
+                [ep.item for ep in answered], [ep.replies for ep in answered], [ep.state for ep in answered]
+            )
+        except Exception as exc:  # a broken follow-up ends those episodes; their replies so far are scored
+            log.warning("%s follow-up failed: %s", suite.name, exc)
+            follow = [None] * len(answered)
+        live = []
+        for ep, messages in zip(answered, follow, strict=True):
+            if messages:
+                ep.messages.extend(messages)
+                live.append(ep)
+    out: list[tuple[str | None, str | None]] = []
+    for ep in episodes:
+        if ep.error is not None:
+            out.append((None, ep.error))
+            continue
+        try:
+            out.append((suite.final_response(ep.item, ep.replies, ep.state), None))
+        except Exception as exc:
+            out.append(("", f"final response failed: {exc}"))
+    return out
+
+
+def evaluate_suite(
+    generator: Generator,
+    suite: Suite,
+    items: list[EvalItem],
+    checkpoint: str,
+    *,
+    max_new_tokens: int | None = None,
+    seed: int | None = None,
+    chunk_size: int = 32,
+    on_progress: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """Generate (greedy) and score ``items`` of one suite in chunks; one ``evals`` row per item."""
+    tokens = max_new_tokens or suite.max_new_tokens
+    params = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=tokens, seed=seed)
+    rows: list[dict[str, Any]] = []
+    for start in range(0, len(items), chunk_size):
+        chunk = items[start : start + chunk_size]
+        played = run_episodes(generator, suite, chunk, params)
+        scored = [(item, response) for item, (response, error) in zip(chunk, played, strict=True) if error is None]
+        scores = iter(_score_safely(suite, [i for i, _ in scored], [r or "" for _, r in scored]))
+        for item, (response, error) in zip(chunk, played, strict=True):
+            score, passed = (0.0, False) if error is not None else next(scores)
+            rows.append(
+                {
+                    "suite": suite.name,
+                    "item_id": item.item_id,
+                    "checkpoint": checkpoint,
+                    "score": float(score),
+                    "passed": bool(passed),
+                    "response": response if error is None else f"[model_error] {error}",
+                }
+            )
+        if on_progress is not None:
+            on_progress(len(chunk))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def evaluate(
+    generator: Generator,
+    suite_names: Sequence[str | Suite],
+    limit: int,
+    seed: int,
+    checkpoint: str,
+    *,
+    max_new_tokens: int | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Evaluate ``generator`` on each suite (a registry name or a :class:`Suite`); rows of ``evals``.
+
+    Args:
+        generator: any backend of the ``Generator`` protocol; decoding is greedy (temperature 0).
+        suite_names: names from ``spade_core.eval.SUITES`` or suite instances.
+        limit: items per suite; seed: held-out item selection seed.
+        checkpoint: the value of the ``checkpoint`` column (a path, a model name, ``run/gen``).
+        max_new_tokens: tokens per reply; None keeps each suite's default.
+        chunk_size: items generated and scored together (default: the generator's batch size, at least 16).
+        progress: show a progress bar per suite (rich).
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from spade_core.eval import resolve_suites
+
+    suites = resolve_suites(suite_names)
+    chunk = chunk_size or max(16, int(getattr(generator, "batch_size", 32)))
+    frames = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        for suite in suites:
+            items = suite.items(limit, seed)
+            task = bar.add_task(f"eval {suite.name}", total=len(items))
+            frames.append(
+                evaluate_suite(
+                    generator,
+                    suite,
+                    items,
+                    checkpoint,
+                    max_new_tokens=max_new_tokens,
+                    seed=seed,
+                    chunk_size=chunk,
+                    on_progress=functools.partial(bar.advance, task),
+                )
+            )
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per suite (and per run / generation / checkpoint when present): items, pass@1 and mean score.
+
+    >>> rows = pd.DataFrame({"suite": ["a", "a", "b"], "score": [1.0, 0.5, 0.0], "passed": [True, False, False]})
+    >>> summarize(rows).to_dict("records")  # doctest: +NORMALIZE_WHITESPACE
+    [{'suite': 'a', 'items': 2, 'pass@1': 0.5, 'mean_score': 0.75},
+     {'suite': 'b', 'items': 1, 'pass@1': 0.0, 'mean_score': 0.0}]
+    """
+    keys = [c for c in ("run_id", "gen", "checkpoint") if c in frame.columns and frame[c].nunique() > 1] + ["suite"]
+    if frame.empty:
+        return pd.DataFrame(columns=[*keys, "items", "pass@1", "mean_score"])
+    passed = frame["passed"].fillna(False).astype(bool)
+    grouped = frame.assign(_passed=passed).groupby(keys, sort=True)
+    out = grouped.agg(items=("score", "size"), **{"pass@1": ("_passed", "mean")}, mean_score=("score", "mean"))
+    return out.reset_index()
+
+
+def evaluate_checkpoint(
+    cfg: Any,
+    store: Any,
+    run_id: str,
+    gen: int,
+    suites: Sequence[str] | None = None,
+    limit: int | None = None,
+    generator: Generator | None = None,
+    *,
+    max_new_tokens: int | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Evaluate checkpoint ``gen`` of ``run_id`` and write its rows to ``evals`` (one file per suite).
+
+    Gen 0 is the base model ``cfg.model.name_or_path``; gen g >= 1 is the checkpoint that generation g wrote
+    (``store.checkpoint_dir(run_id, g)``), located by ``spade_core.checkpoints.model_path_for_checkpoint``.
+    Rows land at ``run={run_id}/gen={gen}`` with stage ``eval-{suite}``; a rerun replaces them.
+
+    Args:
+        suites, limit: default to ``cfg.evaluation.suites`` and ``cfg.evaluation.limit``.
+        generator: an already-built generator for that model (else one is built and closed here).
+        max_new_tokens: tokens per reply (default ``cfg.evaluation.max_new_tokens`` if set, else per suite).
+    """
+    from spade_core.eval import resolve_suites
+
+    resolved = resolve_suites(list(suites) if suites is not None else list(cfg.evaluation.suites))
+    checkpoint = str(cfg.model.name_or_path) if gen == 0 else store.checkpoint_dir(run_id, gen)
+    owned = generator is None
+    if generator is None:
+        generator = _checkpoint_generator(cfg, store, run_id, gen)
+    try:
+        frame = evaluate(
+            generator,
+            resolved,
+            limit or cfg.evaluation.limit,
+            cfg.evaluation.seed,
+            checkpoint,
+            max_new_tokens=max_new_tokens or getattr(cfg.evaluation, "max_new_tokens", None),
+            progress=progress,
+        )
+    finally:
+        if owned:
+            generator.close()
+    for suite in resolved:
+        rows = frame[frame["suite"] == suite.name].reset_index(drop=True)
+        store.write_table("evals", rows, run_id=run_id, gen=gen, stage=f"eval-{suite.name}", shard=0)
+    return frame
+
+
+def _checkpoint_generator(cfg: Any, store: Any, run_id: str, gen: int) -> Generator:
+    from spade_core.checkpoints import model_path_for_checkpoint
+    from spade_core.llm import make_generator
+
+    path = model_path_for_checkpoint(cfg, store, run_id, gen)
+    return make_generator(cfg.model.model_copy(update={"name_or_path": str(path)}))
