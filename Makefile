@@ -57,7 +57,7 @@ $(STAMP): pyproject.toml | system-deps
 	@touch $(STAMP)
 
 demo: $(STAMP) system-deps
-	$(BIN)/spade demo
+	$(BIN)/spade run --run-id demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

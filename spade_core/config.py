@@ -199,6 +199,9 @@ class OrchestrationConfig(_Section):
     dask_address: str | None = Field(None, description="Dask scheduler address (None = local cluster).")
     shard_size: int = Field(16, ge=1, description="Items per mapped task shard.")
     retries: int = Field(2, ge=0, description="Retries of I/O and model tasks.")
+    retry_delay_s: float = Field(
+        5.0, gt=0, description="Delay before the first retry of an I/O or model task; doubles on each retry."
+    )
 
 
 class SpadeConfig(_Section):

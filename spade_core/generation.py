@@ -3,19 +3,27 @@
     documents → designs → validations → hints → episodes (no hint, hint) → env_scores → memory
 
 Every stage takes its inputs explicitly and returns the frame it wrote, so it runs and tests without
-Prefect; the orchestration layer wraps each one in a cached, retryable task. Ids tie the tables together:
-``doc_id`` (documents → designs), ``design_id`` (designs → validations, env_scores), ``env_id``
-(validations → hints → episodes → env_scores → memory). Training (step 9) is a separate stage.
+Prefect; :mod:`spade_core.stages` makes each one resumable and the orchestration layer wraps that in a
+cached, retryable task. Ids tie the tables together: ``doc_id`` (documents → designs), ``design_id``
+(designs → validations, env_scores), ``env_id`` (validations → hints → episodes → env_scores → memory).
+Training (step 9) is a separate stage.
+
+Sharding (``orchestration.shard_size`` items per shard): designs are written in shards of that many rows
+(``design-{k}``), validation shard ``k`` validates (and repairs) exactly ``design-{k}`` and writes
+``validate-{k}``; rollout shard ``k`` plays the ``k``-th block of the pool and writes ``rollout-{k}``.
+File names are deterministic per (table, stage, shard), and an empty result is still written (a
+schema-only file), so a rerun shard replaces its own file and "the file exists" never means "skipped".
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from sandbox.session import EnvSession, run_parallel
 from spade_core.catalog import query
@@ -32,10 +40,13 @@ from spade_core.design import (
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.hints import clean_hint, hint_messages, hint_row
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
+from spade_core.memory import STAGE as MEMORY_STAGE
 from spade_core.memory import Memory
 from spade_core.novelty import default_embedder, novelty_filter, pool_diversity
 from spade_core.rollout import RolloutEngine, plan_episodes
+from spade_core.schemas import SCHEMAS
 from spade_core.scoring import score_environments
+from spade_core.shards import WrittenFile, shard_count, shard_rows, write_table
 from spade_core.store import Store
 from spade_core.validate import limits_from_config, validate_many
 
@@ -48,15 +59,30 @@ class GenerationContext:
     store: Store
     run_id: str
     gen: int
+    written: list[WrittenFile] = field(default_factory=list)  # every file written through this context
 
     @property
     def seed(self) -> int:
         return self.cfg.seed * 100_003 + self.gen
 
+    @property
+    def shard_size(self) -> int:
+        return self.cfg.orchestration.shard_size
+
     def write(self, table: str, frame: pd.DataFrame, stage: str, shard: int | str = 0) -> pd.DataFrame:
-        if not frame.empty:
-            self.store.write_table(table, frame, run_id=self.run_id, gen=self.gen, stage=stage, shard=shard)
+        """Write ``frame`` as the (stage, shard) file of this generation's partition (empty: schema only)."""
+        self.written.append(write_table(self.store, table, frame, self.run_id, self.gen, stage, shard))
         return frame
+
+    def read(self, table: str) -> pd.DataFrame:
+        """This generation's rows of ``table`` (all stages and shards)."""
+        return self.store.read_table(table, self.run_id, self.gen)
+
+    def read_shard(self, table: str, stage: str, shard: int) -> pd.DataFrame:
+        """Exactly one (stage, shard) file of this generation's ``table``."""
+        path = self.store.table_path(table, self.run_id, self.gen, stage, shard)
+        with self.store.fs.open(path, "rb") as fh:
+            return pq.read_table(fh, schema=SCHEMAS[table]).to_pandas(maps_as_pydicts="strict")
 
 
 def prompt_plan(ctx: GenerationContext) -> list[str]:
@@ -69,7 +95,7 @@ def stage_documents(ctx: GenerationContext) -> pd.DataFrame:
     """Step 2: a fresh document per design prompt (none in the 'no corpus' ablation)."""
     corpus = ctx.cfg.corpus
     if not corpus.enabled:
-        return pd.DataFrame()
+        return ctx.write("documents", pd.DataFrame(), "documents")
     frame = sample_documents(
         corpus.source,
         ctx.cfg.designer.documents_per_generation,
@@ -117,7 +143,10 @@ def stage_design(ctx: GenerationContext, documents: pd.DataFrame, generator: Gen
                     model_ref=generator.model_ref,
                 )
             )
-    return ctx.write("designs", pd.DataFrame(rows), "design")
+    frame = pd.DataFrame(rows)
+    for shard in range(shard_count(len(frame), ctx.shard_size)):
+        ctx.write("designs", shard_rows(frame, shard, ctx.shard_size), "design", shard)
+    return frame
 
 
 def _validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[str, Any]]:
@@ -141,9 +170,29 @@ def _validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict
 def stage_validate(
     ctx: GenerationContext, designs: pd.DataFrame, generator: Generator | None = None, memory: Memory | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Step 4: validate every design in the jail; optional repair rounds feed the error back.
+    """Step 4: validate every design in the jail; optional repair rounds feed the error back; then the
+    optional novelty filter. Shard by shard (:func:`validate_shard`), as the orchestrated stage does.
 
     Returns (designs, validations); repaired designs replace their originals in the designs table.
+    """
+    parts = [
+        validate_shard(ctx, shard_rows(designs, k, ctx.shard_size), k, generator)
+        for k in range(shard_count(len(designs), ctx.shard_size))
+    ]
+    designs = pd.concat([d for d, _ in parts], ignore_index=True)
+    validations = pd.concat([v for _, v in parts], ignore_index=True)
+    if memory is not None:
+        validations = apply_novelty(ctx, designs, validations, memory)
+    return designs, validations
+
+
+def validate_shard(
+    ctx: GenerationContext, designs: pd.DataFrame, shard: int, generator: Generator | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Validate the designs of one shard (``design-{shard}``), repair failures, write ``validate-{shard}``.
+
+    Repaired designs are written back to ``design-{shard}`` before the validations, so a shard whose
+    validations exist always has its final designs.
     """
     rows = _validation_rows(ctx, designs)
     rounds = ctx.cfg.designer.repair_rounds if generator is not None else 0
@@ -179,21 +228,40 @@ def stage_validate(
             designs.iloc[i] = pd.Series(repaired)
         for i, row in zip(failed, _validation_rows(ctx, designs.iloc[failed]), strict=True):
             rows[i] = row  # only the repaired designs are validated again
-        ctx.write("designs", designs, "design")
+        ctx.write("designs", designs, "design", shard)
+    return designs, ctx.write("validations", pd.DataFrame(rows), "validate", shard)
+
+
+def apply_novelty(
+    ctx: GenerationContext, designs: pd.DataFrame, validations: pd.DataFrame, memory: Memory
+) -> pd.DataFrame:
+    """The optional novelty filter over ALL shards (``memory.novelty_threshold``; None = off).
+
+    A valid design too close to memory, or to an earlier accepted design, becomes ``not_novel``; the
+    shard files that change are rewritten. Running it again on its own output changes nothing.
+    """
     threshold = ctx.cfg.memory.novelty_threshold
-    if threshold is not None and memory is not None:
-        _reject_similar(rows, designs, [e.code for e in memory], threshold)
-    return designs, ctx.write("validations", pd.DataFrame(rows), "validate")
+    if threshold is None:
+        return validations
+    columns = list(SCHEMAS["validations"].names)
+    rows = validations[columns].to_dict("records")
+    code_of = dict(zip(designs["design_id"], designs["code"], strict=True))
+    before = [r["ok"] for r in rows]
+    _reject_similar(rows, [code_of[r["design_id"]] for r in rows], [e.code for e in memory], threshold)
+    frame = pd.DataFrame(rows, columns=columns)
+    for shard in range(shard_count(len(frame), ctx.shard_size)):
+        block = slice(shard * ctx.shard_size, (shard + 1) * ctx.shard_size)
+        if before[block] != [r["ok"] for r in rows[block]]:
+            ctx.write("validations", shard_rows(frame, shard, ctx.shard_size), "validate", shard)
+    return frame
 
 
-def _reject_similar(
-    rows: list[dict[str, Any]], designs: pd.DataFrame, memory_codes: list[str], threshold: float
-) -> None:
-    """The optional novelty filter: a valid design too close to memory (or to an earlier design) is rejected."""
+def _reject_similar(rows: list[dict[str, Any]], codes: list[Any], memory_codes: list[str], threshold: float) -> None:
+    """Reject valid designs too close to a memory environment or an earlier accepted design."""
     valid = [i for i, r in enumerate(rows) if r["ok"]]
-    codes = [str(designs.iloc[i]["code"]) for i in valid]
+    candidates = [str(codes[i]) for i in valid]
     for i, (accepted, similarity) in zip(
-        valid, novelty_filter(codes, memory_codes, threshold, default_embedder()), strict=True
+        valid, novelty_filter(candidates, memory_codes, threshold, default_embedder()), strict=True
     ):
         if not accepted:
             rows[i].update(
@@ -220,10 +288,20 @@ def pool(ctx: GenerationContext, designs: pd.DataFrame, validations: pd.DataFram
     return pd.concat([frame, extra], ignore_index=True) if not extra.empty else frame.reset_index(drop=True)
 
 
+def load_pool(ctx: GenerationContext) -> pd.DataFrame:
+    """The pool of this generation, recomputed from the store: the fixed pool, or :func:`pool` over the
+    stored designs and validations and the memory snapshot of ``gen - 1``. Deterministic, so every shard
+    of every process sees the same environments in the same order."""
+    if ctx.cfg.designer.fixed_pool:
+        return fixed_pool(ctx)
+    memory = Memory.load(ctx.store, ctx.run_id, ctx.gen - 1, ctx.cfg.memory)
+    return pool(ctx, ctx.read("designs"), ctx.read("validations"), memory)
+
+
 def stage_hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> pd.DataFrame:
     """Step 5: one hint per environment from its source; leaks of the played seeds' solutions flagged."""
     if envs.empty:
-        return pd.DataFrame()
+        return ctx.write("hints", pd.DataFrame(), "hint")
     max_words = ctx.cfg.rollout.hint_max_words
     requests = [GenerationRequest(messages=hint_messages(e.code, e.kind, max_words)) for e in envs.itertuples()]
     params = SamplingParams.from_config(ctx.cfg.model, max_new_tokens=max(32, 2 * max_words), seed=ctx.seed + 2)
@@ -257,17 +335,18 @@ def _solutions(ctx: GenerationContext, code: str) -> list[str]:
 
 
 def stage_rollouts(
-    ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator
+    ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator, shard: int = 0
 ) -> pd.DataFrame:
-    """Step 6: G no-hint and M hinted plays per environment and seed, all batched together."""
+    """Step 6: G no-hint and M hinted plays per environment and seed of one shard of the pool, all batched
+    together; writes ``rollout-{shard}``."""
     if envs.empty:
-        return pd.DataFrame()
+        return ctx.write("episodes", pd.DataFrame(), "rollout", shard)
     hint_of = dict(zip(hints["env_id"], hints["hint"], strict=True)) if not hints.empty else {}
     specs = []
     for e in envs.itertuples():
         specs += plan_episodes(e.env_id, e.code, ctx.cfg.rollout, hint_of.get(e.env_id) or None, base_seed=ctx.seed)
     engine = RolloutEngine.from_config(ctx.cfg, generator)
-    return ctx.write("episodes", pd.DataFrame(engine.run(specs)), "rollout")
+    return ctx.write("episodes", pd.DataFrame(engine.run(specs)), "rollout", shard)
 
 
 def stage_score(
@@ -301,8 +380,7 @@ def stage_score(
 def stage_memory(ctx: GenerationContext, memory: Memory, envs: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     """Step 8: add each scored environment to the FIFO memory and persist the snapshot of this generation."""
     memory.add_scored(scores, envs, ctx.gen)
-    memory.save(ctx.store, ctx.run_id, ctx.gen)
-    return memory.to_frame()
+    return ctx.write("memory", memory.to_frame(), MEMORY_STAGE)
 
 
 @dataclass
@@ -356,7 +434,11 @@ def run_generation(ctx: GenerationContext, generator: Generator) -> GenerationRe
         designs, validations = stage_validate(ctx, designs, generator, memory)
         envs = pool(ctx, designs, validations, memory)
     hints = stage_hints(ctx, envs, generator)
-    episodes = stage_rollouts(ctx, envs, hints, generator)
+    size = ctx.shard_size
+    played = [
+        stage_rollouts(ctx, shard_rows(envs, k, size), hints, generator, k) for k in range(shard_count(len(envs), size))
+    ]
+    episodes = pd.concat(played, ignore_index=True)
     scores = stage_score(ctx, designs, validations, envs, episodes)
     snapshot = stage_memory(ctx, memory, envs, scores)
     diversity = None

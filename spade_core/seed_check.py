@@ -1,7 +1,8 @@
 """Seed-pool check: validate the seed environment library in the jail and play scripted episodes.
 
-This is the embedded job that ``make demo`` runs until the generation flow lands: it exercises the
-sandbox, the validator, the store and the catalog end to end on the shipped seed environments. Two
+A quick smoke test of the machine (``spade demo``, no model, about a minute): it exercises the sandbox,
+the validator, the store and the catalog end to end on the shipped seed environments. ``make demo`` runs
+one full SPADE generation instead (``spade run``). Two
 scripted agents play each valid environment: ``reference`` replays ``solution()`` (must score 1) and
 ``empty`` sends empty actions (must score 0). Results go to the ``validations`` and ``episodes`` tables.
 """

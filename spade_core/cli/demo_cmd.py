@@ -1,4 +1,6 @@
-"""``spade demo``: the embedded end-to-end job on the defaults (tiny preset, local store)."""
+"""``spade demo``: a quick check of the sandbox and the store on the seed library (no model).
+
+``make demo`` runs one full SPADE generation with ``spade run``; this command checks the machine first."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def demo(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
-    """Run the embedded job on the defaults (tiny preset, local store).
+    """Check the sandbox and the store on the seed library (no model; one full generation: spade run).
 
     Validates the seed environments in the jail, plays scripted episodes, writes the validations and
     episodes tables and queries them back with DuckDB.

@@ -1,0 +1,114 @@
+"""Progress of a generation: a Prefect progress artifact, a Markdown summary, a table of the top
+environments by regret — and the same events for listeners in the flow's process (the CLI's display)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+from uuid import UUID
+
+from spade_core.progress import StageRecord, summary_markdown, top_environments
+from spade_core.store import Store
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One stage (``shard`` None) or shard finished: how, how long it took here, how far the generation is."""
+
+    run_id: str
+    gen: int
+    stage: str
+    shard: int | None
+    shards: int | None
+    status: str  # ran | reused | cached
+    seconds: float
+    model_calls: int
+    done: int
+    total: int
+
+
+Listener = Callable[[ProgressEvent], None]
+LISTENERS: list[Listener] = []  # the CLI appends its display; flows run in the caller's process
+
+
+def artifact_key(*parts: object) -> str:
+    """A Prefect artifact key (lowercase letters, digits, dashes) from arbitrary parts.
+
+    >>> artifact_key("spade", "My_Run.1", "gen", 3)
+    'spade-my-run-1-gen-3'
+    """
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]+", "-", "-".join(str(p) for p in parts).lower())).strip("-")
+
+
+class Reporter:
+    """Tracks one generation's stages: updates the progress artifact and tells the listeners."""
+
+    def __init__(self, run_id: str, gen: int, stages: list[str]) -> None:
+        from prefect.artifacts import create_progress_artifact
+
+        self.run_id, self.gen, self.stages = run_id, gen, stages
+        self.done: list[str] = []
+        self.wall: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+        self.artifact_id = cast(
+            UUID,
+            create_progress_artifact(
+                0.0, key=artifact_key("spade", run_id, "gen", gen, "progress"), description=self._description()
+            ),
+        )
+
+    def _description(self) -> str:
+        todo = [s for s in self.stages if s not in self.done]
+        return f"run {self.run_id} gen {self.gen}: {len(self.done)}/{len(self.stages)} stages; next: {todo[:1]}"
+
+    def start(self, stage: str) -> None:
+        self._started[stage] = time.perf_counter()
+
+    def shard(self, record: StageRecord, shards: int) -> None:
+        self._emit(record, shards, time.perf_counter() - self._started.get(record.stage, time.perf_counter()))
+
+    def finish(self, record: StageRecord) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        self.wall[record.stage] = time.perf_counter() - self._started.get(record.stage, time.perf_counter())
+        self.done.append(record.stage)
+        update_progress_artifact(
+            self.artifact_id, 100.0 * len(self.done) / len(self.stages), description=self._description()
+        )
+        self._emit(record, None, self.wall[record.stage])
+
+    def _emit(self, record: StageRecord, shards: int | None, seconds: float) -> None:
+        event = ProgressEvent(
+            self.run_id,
+            self.gen,
+            record.stage,
+            record.shard,
+            shards,
+            record.status,
+            seconds,
+            record.model_calls if record.status == "ran" else 0,
+            len(self.done),
+            len(self.stages),
+        )
+        for listener in list(LISTENERS):
+            listener(event)
+
+
+def publish_summary(store: Store, summary: dict[str, Any], env_ids: list[str]) -> str:
+    """The generation's Markdown summary and top-environments table as Prefect artifacts; returns the text."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    run_id, gen = summary["run_id"], summary["gen"]
+    text = summary_markdown(summary)
+    create_markdown_artifact(text, key=artifact_key("spade", run_id, "gen", gen, "summary"), description=text[:200])
+    top = top_environments(store, run_id, gen, env_ids)
+    if top:
+        create_table_artifact(
+            top,
+            key=artifact_key("spade", run_id, "gen", gen, "top-regret"),
+            description=f"run {run_id} gen {gen}: environments by regret",
+        )
+    return text

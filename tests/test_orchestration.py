@@ -1,0 +1,209 @@
+"""Orchestration without a model: resumable stages and their markers, the run's config binding, the
+status of a run from the store, the Prefect cache key, and validation shards on Dask vs threads."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from spade_core import stages
+from spade_core.config import load_config
+from spade_core.generation import GenerationContext
+from spade_core.progress import (
+    RunConfigMismatch,
+    StageRecord,
+    bind_run_config,
+    generation_stages,
+    next_generation,
+    read_marker,
+    stages_for,
+)
+from spade_core.store import Store
+
+
+def _ctx(tmp_path: Path, *overrides: str, run_id: str = "r") -> GenerationContext:
+    cfg = load_config("tiny", overrides=[f"store.root={tmp_path}", *overrides])
+    return GenerationContext(cfg, Store(str(tmp_path)), run_id, 1)
+
+
+def _docs(n: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"doc_id": f"d{i}", "source": "s", "title": None, "text": f"text {i}", "n_words": 2} for i in range(n)]
+    )
+
+
+def test_a_stage_is_reused_from_its_marker_and_rerun_when_its_inputs_change(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    calls = []
+
+    def body(run: GenerationContext, model: object) -> dict[str, int]:
+        calls.append(1)
+        run.write("documents", _docs(len(calls)), "documents")
+        return {"n": len(calls)}
+
+    upstream = StageRecord(stage="up", run_id="r", gen=1, artifact_hash="h", digest="aaa")
+    first = stages.resumable(ctx, "documents", None, [upstream], body)
+    again = stages.resumable(ctx, "documents", None, [upstream], body)
+    assert (first.status, again.status, len(calls)) == ("ran", "reused", 1)
+    assert again.digest == first.digest and again.rows == {"documents": 1}
+    changed = upstream.model_copy(update={"digest": "bbb"})
+    third = stages.resumable(ctx, "documents", None, [changed], body)
+    assert (third.status, len(calls), third.inputs) == ("ran", 2, {"up": "bbb"})
+    assert third.digest != first.digest
+    # The rerun replaced its own file: 2 rows now, not 1 + 2.
+    assert len(ctx.store.read_table("documents", "r", 1)) == 2
+
+
+def test_a_reused_stage_never_loads_the_model(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    loads = []
+
+    @contextlib.contextmanager
+    def lease():  # type: ignore[no-untyped-def]
+        loads.append(1)
+        yield SimpleNamespace(model_ref="fake", supports_token_prompts=False)
+
+    def body(run: GenerationContext, model) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        return {"model": model.model_ref}
+
+    record = stages.resumable(ctx, "hint", None, [], body, lease)
+    assert (record.info, record.model_calls, len(loads)) == ({"model": "fake"}, 0, 1)
+    assert stages.resumable(ctx, "hint", None, [], body, lease).status == "reused" and len(loads) == 1
+
+
+def test_a_run_id_is_bound_to_the_settings_that_decide_its_artifacts(tmp_path: Path) -> None:
+    store = Store(str(tmp_path))
+    cfg = load_config("tiny", overrides=[f"store.root={tmp_path}"])
+    bind_run_config(store, "r", cfg)
+    # Execution-only settings and the store's location may change between generations.
+    bind_run_config(store, "r", load_config("tiny", overrides=["orchestration.task_runner=dask", "store.root=x"]))
+    with pytest.raises(RunConfigMismatch, match=r"rollout.plays_no_hint: 2 -> 5.*spade resume r"):
+        bind_run_config(store, "r", load_config("tiny", overrides=["rollout.plays_no_hint=5"]))
+
+
+def test_status_and_next_generation_come_from_the_markers(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, "training.enabled=false")
+    cfg, store = ctx.cfg, ctx.store
+    assert next_generation(store, cfg, "r") == 1
+    for stage in stages_for(cfg, 1):
+        stages.resumable(ctx, stage, None, [], lambda run, model: {"shards": 2})
+    g2 = GenerationContext(cfg, store, "r", 2)
+    stages.resumable(g2, "documents", None, [], lambda run, model: None)
+    stages.resumable(g2, "rollout", 0, [], lambda run, model: {"shards": 3})
+    assert next_generation(store, cfg, "r") == 2
+    states = generation_stages(store, cfg, "r", 2)
+    assert states["documents"] == "done" and states["rollout"] == "1/3 shards" and states["train"] == "todo"
+    assert read_marker(store, "r", 2, "rollout", 0) is not None and read_marker(store, "r", 2, "rollout") is None
+
+
+def test_fixed_pool_runs_skip_the_designer_stages_and_evaluation_follows_its_schedule() -> None:
+    fixed = load_config("tiny", overrides=["designer.fixed_pool=seeds", "evaluation.every=2"])
+    assert "design" not in stages_for(fixed, 1) and "evaluate" not in stages_for(fixed, 1)
+    assert stages_for(fixed, 2)[-1] == "evaluate"
+
+
+def test_the_cache_key_is_run_gen_stage_shard_config_and_upstream_digests_only() -> None:
+    from tasks.stages import StageKey
+
+    cfg = load_config("tiny")
+    up = StageRecord(stage="design", run_id="r", gen=1, artifact_hash="h", digest="d1", seconds=3.0)
+
+    def key(name: str, shard: int | None, record: StageRecord, run_id: str = "r") -> str | None:
+        ctx = SimpleNamespace(task=SimpleNamespace(name=name), task_run=SimpleNamespace(flow_run_id="any"))
+        inputs = {"cfg": cfg, "run_id": run_id, "gen": 1, "shard": shard, "designs": record}
+        return StageKey().compute_key(ctx, inputs, {})  # type: ignore[arg-type]
+
+    base = key("validate", 0, up)
+    # Same artifact, different execution facts (a cache hit, a reuse, another duration): same key.
+    assert key("validate", 0, up.model_copy(update={"status": "cached", "seconds": 0.0})) == base
+    assert key("validate", 1, up) != base and key("rollout", 0, up) != base and key("validate", 0, up, "q") != base
+    assert key("validate", 0, up.model_copy(update={"digest": "d2"})) != base
+
+
+def _write_designs(ctx: GenerationContext) -> StageRecord:
+    """Four designs in two shards: two seed environments, a broken module, a reply without code."""
+    from spade_core.envs.seeds import load_seed_envs
+
+    seeds = load_seed_envs()[:2]
+    codes = [seeds[0].code, "class Broken:\n    def reset(self, seed=None):\n        return 1\n", None, seeds[1].code]
+    rows = [
+        {
+            "design_id": f"x{i}",
+            "doc_id": None,
+            "group_id": "g",
+            "skill": "optimization",
+            "kind": "game",
+            "prompt": "[]",
+            "completion": "",
+            "code": code,
+            "env_id": f"e{i}" if code else None,
+            "model_ref": "m",
+        }
+        for i, code in enumerate(codes)
+    ]
+    frame = pd.DataFrame(rows)
+    for shard in range(2):
+        ctx.write("designs", frame.iloc[2 * shard : 2 * shard + 2], "design", shard)
+    return StageRecord(stage="design", run_id=ctx.run_id, gen=1, artifact_hash="h", digest="d", info={"shards": 2})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_validation_shards_on_processes_and_a_local_dask_cluster_match_threads(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from prefect import flow, unmapped
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.runners import task_runner_for
+    from tasks.stages import configured
+    from tasks.storage import result_storage
+
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+    @flow
+    def validation(config: dict, designs: StageRecord) -> list[StageRecord]:  # type: ignore[type-arg]
+        from spade_core.config import SpadeConfig
+
+        cfg = SpadeConfig.model_validate(config)
+        tasks = configured(cfg, result_storage(Store.from_config(cfg.store)))
+        shards = tasks.validate.map(unmapped(cfg), unmapped("r"), unmapped(1), range(2), unmapped(designs))
+        return [f.result() for f in shards]
+
+    rows = {}
+    with prefect_test_harness(server_startup_timeout=120):
+        for runner in ("threads", "processes", "dask"):
+            ctx = _ctx(tmp_path / runner, f"orchestration.task_runner={runner}", "orchestration.shard_size=2")
+            designs = _write_designs(ctx)
+            run = validation.with_options(task_runner=task_runner_for(ctx.cfg))
+            records = run(ctx.cfg.model_dump(mode="json"), designs)
+            assert [r.name for r in records] == ["validate-0", "validate-1"]
+            assert all(r.status == "ran" for r in records)
+            rows[runner] = ctx.store.read_table("validations", "r", 1).drop(columns=["seconds"])
+    expected = rows["threads"].to_dict("records")
+    assert rows["processes"].to_dict("records") == expected and rows["dask"].to_dict("records") == expected
+    assert list(rows["dask"]["ok"]) == [True, False, False, True]
+
+
+def test_spade_status_reads_the_store_and_resume_says_when_there_is_nothing_to_do(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    runner = CliRunner()
+    missing = runner.invoke(app, ["status", "nope", "--store", str(tmp_path)])
+    assert missing.exit_code == 2 and "run 'nope' is not in the store" in missing.stderr
+    ctx = _ctx(tmp_path, "training.enabled=false")
+    bind_run_config(ctx.store, "r", ctx.cfg)
+    for stage in stages_for(ctx.cfg, 1):
+        stages.resumable(ctx, stage, None, [], lambda run, model: None)
+    shown = runner.invoke(app, ["status", "r", "--store", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "gen 1 complete" in shown.stdout and "train:✓" in shown.stdout
+    assert "next: generation 2  (spade run --run-id r --generations 2)" in shown.stdout
+    resumed = runner.invoke(app, ["resume", "r", "--store", str(tmp_path)])
+    assert resumed.exit_code == 0 and "nothing to resume" in resumed.stderr
+    changed = runner.invoke(app, ["run", "--run-id", "r", "--store", str(tmp_path), "--set", "seed=7"])
+    assert changed.exit_code == 2 and "seed: 0 -> 7" in changed.stderr
