@@ -99,18 +99,12 @@ def spade_eval(
     store: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate checkpoints of a run (default: the base model, gen 0, and every complete checkpoint) on the
-    held-out suites; writes the ``evals`` table. Says so, and does nothing, while ``spade_core.eval`` is
-    not installed."""
+    held-out suites; writes the ``evals`` table."""
+    from spade_core.checkpoints import checkpoint_complete
+    from spade_core.eval import evaluate_checkpoint
+
     logger = get_run_logger()
     cfg = resolve_run_config(run_id, None, None, store)
-    try:
-        from spade_core.eval import evaluate_checkpoint
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("spade_core.eval", "spade_core"):
-            raise
-        logger.warning("evaluation is not available yet (spade_core.eval is not installed): nothing evaluated")
-        return {"run_id": run_id, "evaluated": [], "skipped_reason": "spade_core.eval is not installed"}
-    from spade_core.checkpoints import checkpoint_complete
 
     st = Store.from_config(cfg.store)
     if gens is None:

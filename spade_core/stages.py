@@ -291,19 +291,11 @@ def train(
 
 
 def evaluate(ctx: g.GenerationContext, upstream: list[StageRecord]) -> StageRecord:
-    """Step 10 (every ``evaluation.every`` generations): score checkpoint ``gen`` on the held-out suites.
-
-    Until ``spade_core.eval`` exists this records that evaluation is not available instead of failing.
-    """
+    """Step 10 (every ``evaluation.every`` generations): score checkpoint ``gen`` on the held-out suites."""
 
     def body(run: g.GenerationContext, model: Generator) -> dict[str, Any]:
-        try:
-            from spade_core.eval import evaluate_checkpoint
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("spade_core.eval", "spade_core"):
-                raise
-            return {"skipped_reason": "evaluation is not available yet (spade_core.eval is not installed)"}
         from spade_core.checkpoints import checkpoint_complete
+        from spade_core.eval import evaluate_checkpoint
 
         if not checkpoint_complete(run.store, run.run_id, run.gen):
             return {"skipped_reason": f"generation {run.gen} wrote no checkpoint (training.enabled is false)"}

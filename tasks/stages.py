@@ -139,7 +139,7 @@ def train(cfg: SpadeConfig, run_id: str, gen: int, upstream: list[StageRecord]) 
 
 @task(name="evaluate", **_COMMON)
 def evaluate(cfg: SpadeConfig, run_id: str, gen: int, upstream: list[StageRecord]) -> StageRecord:
-    """Score checkpoint ``gen`` on the held-out suites (a recorded no-op until spade_core.eval exists)."""
+    """Score checkpoint ``gen`` on the held-out suites (a recorded no-op when the generation wrote no checkpoint)."""
     record = stages.evaluate(_ctx(cfg, run_id, gen), upstream)
     if reason := record.info.get("skipped_reason"):
         from prefect.logging import get_run_logger
