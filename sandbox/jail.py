@@ -62,6 +62,26 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def kill_jail(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a running nsjail and everything in its jail.
+
+    nsjail puts the jailed process in its own session, so a signal to nsjail's group misses it. Kill the
+    jail's init (nsjail's child): the kernel kills its whole PID namespace, and nsjail reaps it and exits.
+    nsjail itself is killed only if it does not exit by then.
+    """
+    if proc.poll() is not None:
+        return
+    for pid in _children(proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
 class JailedProcess:
     """``host.py`` running in nsjail; call :meth:`start` then :meth:`call`, finally :meth:`close`."""
 
@@ -139,19 +159,7 @@ class JailedProcess:
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            # nsjail puts the jailed process in its own session, so a signal to nsjail's group misses it.
-            # Kill the jail's init (nsjail's child): the kernel kills its whole PID namespace, and nsjail
-            # reaps it and exits. nsjail itself is killed only if it does not exit by then.
-            for pid in _children(proc.pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+        kill_jail(proc)
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):  # unflushed bytes to a dead jail: BrokenPipeError

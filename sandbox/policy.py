@@ -167,10 +167,14 @@ def write_config(limits: JailLimits, use_cgroups: bool) -> str:
 
 @functools.cache
 def _write_config_cached(limits: JailLimits, use_cgroups: bool) -> str:
-    text = to_textproto(build_config(limits, use_cgroups))
-    fd, path = tempfile.mkstemp(prefix="spade-nsjail-", suffix=".cfg")
+    return write_private_config(build_config(limits, use_cgroups), prefix="spade-nsjail-")
+
+
+def write_private_config(cfg: NsJailConfig, prefix: str) -> str:
+    """Write an nsjail config to a file only this user can read; it is removed at exit."""
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".cfg")
     with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+        fh.write(to_textproto(cfg))
     os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
     atexit.register(_unlink_quietly, path)
     return path
