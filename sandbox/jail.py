@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.policy import JailLimits, SandboxUnavailable, jail_command, resolve_cgroups
+from sandbox.policy import JailLimits, jail_command, resolve_cgroups
 
 ERROR_TYPES = (
     "syntax_error",
@@ -62,6 +62,18 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def spawn_jail(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start nsjail with piped stdio in its own session (so a signal to our group never reaches it)."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
 def kill_jail(proc: subprocess.Popen[bytes]) -> None:
     """Stop a running nsjail and everything in its jail.
 
@@ -99,19 +111,8 @@ class JailedProcess:
     def start(self) -> CallResult:
         """Start the jail and wait for the host's ready frame."""
         t0 = time.perf_counter()
-        try:
-            use_cgroups = resolve_cgroups()
-            argv = jail_command(self.limits, use_cgroups)
-        except SandboxUnavailable:
-            raise
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
+        use_cgroups = resolve_cgroups()
+        self.proc = spawn_jail(jail_command(self.limits, use_cgroups))
         self.started_at = time.monotonic()
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drain.start()

