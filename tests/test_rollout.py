@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from agents import OracleAgent
+from agents import OracleAgent, oracle_answers
 from typer.testing import CliRunner
 
 from sandbox.session import EnvSession
 from spade_core.cli import app
 from spade_core.config import RolloutConfig, load_config
-from spade_core.envs.contract import env_id_for, split_actions
+from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import SamplingParams
 from spade_core.rollout import EpisodeSpec, RolloutEngine, plan_episodes
@@ -115,13 +115,8 @@ def test_hostile_envs_mid_batch_do_not_stop_the_others(tiny_generator) -> None: 
 
 
 def test_oracle_plays_reach_return_one_and_finished_episodes_leave_the_batch(tiny_generator) -> None:  # type: ignore[no-untyped-def]
-    answers, specs = {}, []
-    for env in load_seed_envs():
-        with EnvSession(env.code, max_turns=8) as session:
-            session.open()
-            obs = session.reset(3).data["obs"]
-            answers[obs] = split_actions(session.solution().data["solution"])
-        specs.append(EpisodeSpec(env.env_id, env.code, 3))
+    answers = oracle_answers(load_seed_envs(), seed=3)
+    specs = [EpisodeSpec(env.env_id, env.code, 3) for env in load_seed_envs()]
     oracle = OracleAgent(answers)
     rows = engine(oracle, RolloutConfig(max_turns=8), tokenizer=tiny_generator.tokenizer).run(specs)
     assert [r["episode_return"] for r in rows] == [1.0] * len(specs)
