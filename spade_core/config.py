@@ -127,6 +127,11 @@ class RolloutConfig(_Section):
     max_turns: int = Field(25, gt=0, description="Turn limit per episode [25].")
     max_tokens_per_turn: int = Field(512, gt=0, description="Agent tokens per turn.")
     max_context_tokens: int = Field(4096, gt=0, description="Conversation token limit.")
+    reuse_kv_cache: bool = Field(
+        True,
+        description="transformers backend: keep each live episode's KV cache between turns and prefill only "
+        "the new tokens (exact under greedy decoding); False = re-prefill the whole conversation every turn.",
+    )
     hint_max_words: int = Field(100, gt=0, description="Hint length limit [100 words].")
     replay_envs: int = Field(0, ge=0, description="Memory envs replayed per generation (PLR-style; 0 = paper).")
     jail_time_limit_s: int = Field(
