@@ -13,17 +13,13 @@ and the vLLM server restarts on it the same way.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
-import os
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from spade_core.cachedir import build_once
+from spade_core.hashing import short_hash
 from spade_core.llm.embedded import cache_dir, resolve_model
 from spade_core.store import Store
 
@@ -38,20 +34,7 @@ class CheckpointError(ValueError):
 
 
 def _store_key(store: Store) -> str:
-    return hashlib.sha256(store.base.encode()).hexdigest()[:12]
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One process at a time materialises a cache directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    return short_hash(store.base, 12)
 
 
 def checkpoint_complete(store: Store, run_id: str, gen: int) -> bool:
@@ -67,7 +50,10 @@ def read_marker(store: Store, run_id: str, gen: int) -> dict[str, Any]:
 
 
 def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, gen: int, meta: dict[str, Any]) -> str:
-    """Copy a saved model (or adapter) directory into the store, then write the marker.
+    """Upload a saved model (or adapter) directory into the store, then write the marker.
+
+    The files are streamed from disk through fsspec; the marker is written last, so a reader never uses a
+    partial upload.
 
     Args:
         store: The artifact store (local or S3).
@@ -85,12 +71,9 @@ def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, gen: int,
         raise CheckpointError(f"checkpoint kind {meta.get('kind')!r} must be one of {', '.join(KINDS)}")
     src = Path(local_dir)
     target = store.checkpoint_dir(run_id, gen)
-    with contextlib.suppress(FileNotFoundError):  # a rerun replaces an interrupted or older upload
-        store.fs.rm(target, recursive=True)
+    store.remove_dir(target)  # a rerun replaces an interrupted or older upload
     files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != MARKER)
-    for path in files:
-        rel = path.relative_to(src).as_posix()
-        store.write_bytes(f"{target}/{rel}", path.read_bytes())
+    store.upload_files(src, target, [p.relative_to(src).as_posix() for p in files])
     marker = {
         **meta,
         "run_id": run_id,
@@ -109,28 +92,27 @@ def local_checkpoint_dir(store: Store, run_id: str, gen: int) -> Path:
     if not store.is_s3:
         return Path(store.checkpoint_dir(run_id, gen))
     local = cache_dir() / "checkpoints" / _store_key(store) / f"run={run_id}" / f"gen={gen}"
-    with _locked(local):
-        if (local / MARKER).is_file() and json.loads((local / MARKER).read_text()) == meta:
-            return local
-        shutil.rmtree(local, ignore_errors=True)
-        tmp = local.with_name(f".{local.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        source = store.checkpoint_dir(run_id, gen)
-        for rel in meta["files"]:
-            dest = tmp / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(store.read_bytes(f"{source}/{rel}"))
-        (tmp / MARKER).write_text(json.dumps(meta))
-        os.replace(tmp, local)
-    return local
+
+    def download(tmp: Path) -> None:
+        store.download_files(store.checkpoint_dir(run_id, gen), tmp, meta["files"])
+        (tmp / MARKER).write_text(json.dumps(meta))  # last: the copy is complete
+
+    return build_once(local, download, ready=lambda path: _local_marker(path) == meta)
+
+
+def _local_marker(local: Path) -> dict[str, Any] | None:
+    """The marker of a downloaded checkpoint, or None when there is none (or it is unreadable)."""
+    try:
+        return dict(json.loads((local / MARKER).read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def _merged_lora(cfg: Any, store: Store, run_id: str, gen: int, adapter_dir: Path, parent_gen: int) -> Path:
     """Merge a LoRA adapter onto its parent model once; the merged directory is cached locally."""
     merged = cache_dir() / "merged" / _store_key(store) / f"run={run_id}" / f"gen={gen}"
-    with _locked(merged):
-        if (merged / "config.json").is_file():
-            return merged
+
+    def merge(tmp: Path) -> None:
         import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -138,12 +120,10 @@ def _merged_lora(cfg: Any, store: Store, run_id: str, gen: int, adapter_dir: Pat
         parent = model_path_for_checkpoint(cfg, store, run_id, parent_gen)
         base = AutoModelForCausalLM.from_pretrained(parent, dtype=torch.float32)
         model = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
-        tmp = merged.with_name(f".{merged.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(str(adapter_dir)).save_pretrained(tmp)
-        os.replace(tmp, merged)
-    return merged
+
+    return build_once(merged, merge, ready=lambda path: (path / "config.json").is_file())
 
 
 def model_path_for_checkpoint(cfg: Any, store: Store, run_id: str, gen: int) -> str:

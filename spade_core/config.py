@@ -10,7 +10,6 @@ for the embedded CPU model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "configs"
+from spade_core.hashing import short_hash
+from spade_core.resources import data_dir
+
+PRESET_DIR = data_dir("configs")
 
 GAME_SKILLS = (
     "mathematical_reasoning",
@@ -228,7 +230,7 @@ class SpadeConfig(_Section):
     def config_hash(self) -> str:
         """Stable 16-hex hash of the resolved config (key order and formatting independent)."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return short_hash(blob)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
@@ -239,12 +241,17 @@ def available_presets() -> list[str]:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    return _parse_yaml(path.read_text(), f"config file {path}")
+
+
+def _parse_yaml(text: str, label: str) -> dict[str, Any]:
+    """The mapping in YAML ``text``; errors start with ``label`` (e.g. ``config file x.yaml``)."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}".splitlines()[0]) from None
+        raise ConfigError(f"{label} is not valid YAML: {exc}".splitlines()[0]) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{label} must hold a mapping, got {type(data).__name__}")
     return data
 
 
@@ -318,6 +325,37 @@ def load_config(
         if not path.is_file():
             raise ConfigError(f"config file {str(config_file)!r} does not exist")
         data = _deep_merge(data, _read_yaml(path))
+    return _resolve(data, overrides)
+
+
+def load_config_text(
+    text: str, overrides: list[str] | tuple[str, ...] = (), *, label: str = "config text"
+) -> SpadeConfig:
+    """Resolve a config from YAML text (a run's stored ``config.yaml``), then ``key=value`` overrides.
+
+    The text is the whole config (no preset underneath), as ``load_config(None, file, overrides)`` reads a
+    file with that text.
+
+    Args:
+        text: The YAML text.
+        overrides: ``key.path=value`` items applied on top.
+        label: What the text is, for error messages (e.g. ``"config file s3://b/runs/demo/config.yaml"``).
+
+    Raises:
+        ConfigError: one line naming the bad YAML, key or value.
+
+    >>> cfg = load_config_text("{seed: 3, rollout: {max_turns: 4}}", ["seed=5"])
+    >>> cfg.seed, cfg.rollout.max_turns
+    (5, 4)
+    >>> load_config_text("- a list", label="config file runs/r/config.yaml")
+    Traceback (most recent call last):
+    ...
+    spade_core.config.ConfigError: config file runs/r/config.yaml must hold a mapping, got list
+    """
+    return _resolve(_parse_yaml(text, label), overrides)
+
+
+def _resolve(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> SpadeConfig:
     for item in overrides:
         parts, value = _parse_override(item)
         _apply_override(data, parts, value)

@@ -24,9 +24,6 @@ Bad input is a :class:`CorpusError` with one line naming the offending path or v
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -43,6 +40,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spade_core.cachedir import build_once
+from spade_core.fs import s3_filesystem
+from spade_core.hashing import short_hash
 from spade_core.llm.embedded import cache_dir
 
 EMBEDDED = "embedded"
@@ -116,7 +116,7 @@ def document_id(text: str) -> str:
     >>> document_id("hello")
     '2cf24dba5fb0a30e'
     """
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return short_hash(text, errors="surrogatepass")
 
 
 def truncate_words(text: str, max_words: int) -> tuple[str, int]:
@@ -169,12 +169,9 @@ def _format_of(source: str) -> str:
 
 
 def _s3_filesystem(source: str, endpoint_url: str | None) -> Any:
-    import s3fs
-
     if not source[len("s3://") :].split("/")[0]:
         raise CorpusError(f"corpus source {source!r} names no bucket; use s3://bucket/key")
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-    return s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    return s3_filesystem(endpoint_url)
 
 
 def _list_files(fs: fsspec.AbstractFileSystem, path: str, source: str) -> list[str]:
@@ -294,18 +291,7 @@ def embedded_corpus_path() -> Path:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     target = cache_dir() / "corpus" / f"wikipedia-leads-en-{version}.parquet"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not target.is_file():
-                convert_embedded(source, target)
-        finally:
-            with contextlib.suppress(OSError):
-                fcntl.flock(lock, fcntl.LOCK_UN)
-    return target
+    return build_once(target, lambda tmp: convert_embedded(source, tmp), ready=Path.is_file)
 
 
 def convert_embedded(source: Path, target: Path) -> int:

@@ -9,7 +9,6 @@ environment. Code is taken from the reply's ```python block; validation happens 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, skill_kind
 from spade_core.envs.contract import CONTRACT, env_id_for
+from spade_core.hashing import short_hash
 
 SKILL_TEXT = {skill: skill.replace("_", " ") for skill in GAME_SKILLS + TOOL_SKILLS}
 
@@ -159,7 +159,7 @@ def _looks_like_env(text: str) -> bool:
 
 def design_id_for(run_id: str, gen: int, doc_id: str | None, skill: str, index: int) -> str:
     key = f"{run_id}:{gen}:{doc_id}:{skill}:{index}"
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+    return short_hash(key)
 
 
 def design_row(

@@ -11,14 +11,21 @@ File names are deterministic per (table, run, gen, stage, shard), so a retried s
 file and never adds a duplicate. Writes are atomic: a hidden temp file renamed into place locally, a
 single object PUT on S3 (an object becomes visible only when its upload completes). Credentials come
 from the standard AWS variables and are never written anywhere.
+
+Every file operation of a :class:`Store` is counted in :data:`IO` (``read``: a file read, ``list``: a
+listing or existence check, ``write``: a file written), so the reads of one generation can be counted
+in-process with :func:`io_counts` and :func:`reset_io_counts`.
 """
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import re
+import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,9 +34,50 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spade_core.fs import s3_filesystem
+from spade_core.hashing import short_hash
 from spade_core.schemas import SCHEMAS, TABLES, to_arrow
 
+IO_KINDS = ("read", "list", "write")
+IO: collections.Counter[str] = collections.Counter()
+_IO_LOCK = threading.Lock()
+PARTITION_COLUMNS = ("run_id", "gen")
+
+
+def _count(kind: str, n: int = 1) -> None:
+    with _IO_LOCK:
+        IO[kind] += n
+
+
+def io_counts() -> dict[str, int]:
+    """A snapshot of the file operations counted since the last reset: ``{"read": .., "list": .., "write": ..}``."""
+    with _IO_LOCK:
+        return {kind: IO[kind] for kind in IO_KINDS}
+
+
+def reset_io_counts() -> dict[str, int]:
+    """Zero the counters; returns the counts they held."""
+    with _IO_LOCK:
+        counts = {kind: IO[kind] for kind in IO_KINDS}
+        IO.clear()
+        return counts
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_SHARD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")  # no '-': the last '-' of a file name ends the stage
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """One Parquet file written to the store: its table, path, row count and a digest of its bytes.
+
+    ``digest`` is the first 16 hex of the sha256 of the file's bytes (what a stage marker records).
+    """
+
+    table: str
+    path: str
+    rows: int
+    digest: str
 
 
 class StoreError(ValueError):
@@ -40,6 +88,13 @@ def _check_name(kind: str, value: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
         raise StoreError(f"{kind} {value!r} must match [A-Za-z0-9][A-Za-z0-9_.-]* (no '/', '=' or spaces)")
     return value
+
+
+def _check_shard(shard: int | str) -> str:
+    text = str(shard)
+    if isinstance(shard, bool) or not _SHARD.match(text):
+        raise StoreError(f"shard {shard!r} must be an integer >= 0 or match [A-Za-z0-9][A-Za-z0-9_.]* (no '-')")
+    return text
 
 
 def _check_gen(gen: int) -> int:
@@ -63,17 +118,15 @@ class Store:
         if not root:
             raise StoreError("store root is empty; use a local path or s3://bucket/prefix")
         if root.startswith("s3://"):
-            import s3fs
-
             bucket_path = root[len("s3://") :].strip("/")
             if not bucket_path:
                 raise StoreError(f"store root {root!r} names no bucket; use s3://bucket/prefix")
-            endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-            self.fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+            self.fs = s3_filesystem(self.endpoint_url)
             self.is_s3 = True
             self.base = "s3://" + bucket_path
             bucket = bucket_path.split("/")[0]
             try:
+                _count("list")
                 self.fs.ls(bucket)
             except FileNotFoundError:
                 raise StoreError(f"store root {root!r}: bucket {bucket!r} does not exist") from None
@@ -103,7 +156,7 @@ class Store:
         return self.path("tables", table, f"run={_check_name('run id', run_id)}", f"gen={_check_gen(gen)}")
 
     def table_path(self, table: str, run_id: str, gen: int, stage: str, shard: int | str = 0) -> str:
-        name = f"{_check_name('stage', stage)}-{_check_name('shard', str(shard))}.parquet"
+        name = f"{_check_name('stage', stage)}-{_check_shard(shard)}.parquet"
         return f"{self.partition_dir(table, run_id, gen)}/{name}"
 
     def table_glob(self, table: str) -> str:
@@ -121,6 +174,7 @@ class Store:
     # -- bytes --------------------------------------------------------------------------------------
     def write_bytes(self, path: str, data: bytes) -> None:
         """Atomically write ``data`` to ``path`` (temp + rename locally; one PUT on S3)."""
+        _count("write")
         if self.is_s3:
             self.fs.pipe_file(path, data)
             return
@@ -138,58 +192,179 @@ class Store:
                 os.unlink(tmp)
 
     def read_bytes(self, path: str) -> bytes:
+        _count("read")
         return self.fs.cat_file(path)
 
     def exists(self, path: str) -> bool:
+        _count("list")
         return self.fs.exists(path)
+
+    def write_text(self, path: str, text: str) -> None:
+        self.write_bytes(path, text.encode())
+
+    # -- directories ----------------------------------------------------------------------------------
+    def upload_files(self, local_dir: str | Path, remote_dir: str, names: Iterable[str]) -> None:
+        """Stream the files ``names`` (relative POSIX paths) from ``local_dir`` into ``remote_dir``.
+
+        The files go through fsspec from disk to the store (multipart uploads on S3), never whole into memory.
+        Each file is written on its own: a reader must not use the directory before a marker written last.
+        """
+        names = list(names)
+        if not names:
+            return
+        local = [str(Path(local_dir, name)) for name in names]
+        remote = [f"{remote_dir.rstrip('/')}/{name}" for name in names]
+        if not self.is_s3:
+            for path in {os.path.dirname(r) for r in remote}:
+                os.makedirs(path, exist_ok=True)
+        _count("write", len(names))
+        self.fs.put(local, remote)
+
+    def download_files(self, remote_dir: str, local_dir: str | Path, names: Iterable[str]) -> None:
+        """Stream the files ``names`` (relative POSIX paths) from ``remote_dir`` in the store into ``local_dir``."""
+        names = list(names)
+        if not names:
+            return
+        local = [Path(local_dir, name) for name in names]
+        for path in {p.parent for p in local}:
+            path.mkdir(parents=True, exist_ok=True)
+        _count("read", len(names))
+        self.fs.get([f"{remote_dir.rstrip('/')}/{name}" for name in names], [str(p) for p in local])
+
+    def remove_dir(self, path: str) -> None:
+        """Delete the directory ``path`` and everything under it; a missing directory is no error."""
+        _count("list")
+        if self.fs.exists(path):
+            _count("write")
+            self.fs.rm(path, recursive=True)
 
     # -- tables -------------------------------------------------------------------------------------
     def write_table(
         self, table: str, frame: pd.DataFrame, *, run_id: str, gen: int, stage: str, shard: int | str = 0
-    ) -> str:
+    ) -> WrittenFile:
         """Validate ``frame`` against the table's schema and write it as one Parquet file, atomically.
 
-        Writing the same (table, run, gen, stage, shard) again replaces the file.
+        An empty frame (no rows) is written as a file holding only the schema, so that "the file exists"
+        never means "skipped". Writing the same (table, run, gen, stage, shard) again replaces the file.
+
+        Returns:
+            The file written, with its row count and the digest of its bytes.
+
+        Raises:
+            StoreError: an unknown table or a bad run id, generation, stage or shard.
+            SchemaError: a missing, extra or mistyped column, or a null in a required column.
         """
         path = self.table_path(table, run_id, gen, stage, shard)
-        arrow = to_arrow(table, frame)
+        arrow = SCHEMAS[table].empty_table() if frame.empty else to_arrow(table, frame)
         sink = io.BytesIO()
         pq.write_table(arrow, sink, compression="zstd")
-        self.write_bytes(path, sink.getvalue())
-        return path
+        data = sink.getvalue()
+        self.write_bytes(path, data)
+        return WrittenFile(table, path, arrow.num_rows, short_hash(data))
 
-    def table_files(self, table: str, run_id: str | None = None, gen: int | None = None) -> list[str]:
+    def table_files(
+        self,
+        table: str,
+        run_id: str | None = None,
+        gen: int | None = None,
+        *,
+        stages: Iterable[str] | None = None,
+    ) -> list[str]:
+        """The Parquet files of a table, sorted; optionally of one run, one generation and some stages only.
+
+        Args:
+            table: The table name.
+            run_id: Only this run (None: every run).
+            gen: Only this generation (None: every generation).
+            stages: Only files named ``{stage}-{shard}.parquet`` for these stages (None: every file), so files
+                of other stages and commands in the same partition are never picked up.
+
+        Raises:
+            StoreError: an unknown table or a bad run id, generation or stage name.
+        """
         if table not in SCHEMAS:
             raise StoreError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         run = f"run={_check_name('run id', run_id)}" if run_id is not None else "run=*"
         g = f"gen={_check_gen(gen)}" if gen is not None else "gen=*"
-        pattern = self.path("tables", table, run, g, "*.parquet")
-        files = sorted(self.fs.glob(pattern))
-        return [f"s3://{f}" if self.is_s3 and not f.startswith("s3://") else f for f in files]
+        _count("list")
+        files = sorted(self.fs.glob(self.path("tables", table, run, g, "*.parquet")))
+        files = [f"s3://{f}" if self.is_s3 and not f.startswith("s3://") else f for f in files]
+        if stages is None:
+            return files
+        wanted = _stage_file_pattern(stages)
+        return [f for f in files if wanted.match(f.rsplit("/", 1)[-1])]
 
-    def read_table(self, table: str, run_id: str | None = None, gen: int | None = None) -> pd.DataFrame:
-        """Read a table (optionally one run / generation) with ``run_id`` and ``gen`` columns added."""
+    def read_table(
+        self,
+        table: str,
+        run_id: str | None = None,
+        gen: int | None = None,
+        *,
+        stages: Iterable[str] | None = None,
+        columns: Iterable[str] | None = None,
+    ) -> pd.DataFrame:
+        """Read a table with its ``run_id`` and ``gen`` columns added (from the partition path).
+
+        Args:
+            table: The table name.
+            run_id: Only this run (None: every run).
+            gen: Only this generation (None: every generation).
+            stages: Only the files of these stages (see :meth:`table_files`).
+            columns: Only these columns of the table (``run_id`` and ``gen`` are always there), in this order.
+
+        Returns:
+            The rows, or an empty frame with the right columns and types when no file matches.
+
+        Raises:
+            StoreError: an unknown table, column or stage, or a bad run id or generation.
+        """
+        selected = _selected_columns(table, columns)
+        schema = SCHEMAS[table] if selected is None else pa.schema([SCHEMAS[table].field(c) for c in selected])
         frames = []
-        for f in self.table_files(table, run_id, gen):
+        for f in self.table_files(table, run_id, gen, stages=stages):
             parts = dict(p.split("=", 1) for p in f.split("/") if p.startswith(("run=", "gen=")))
+            _count("read")
             with self.fs.open(f, "rb") as fh:
-                arrow = pq.read_table(fh, schema=SCHEMAS[table])
+                arrow = pq.read_table(fh, schema=SCHEMAS[table], columns=selected)
             frame = arrow.to_pandas(maps_as_pydicts="strict")
             frame.insert(0, "gen", int(parts["gen"]))
             frame.insert(0, "run_id", parts["run"])
             frames.append(frame)
         if not frames:
-            empty = SCHEMAS[table].empty_table().to_pandas()
+            empty = schema.empty_table().to_pandas()
             empty.insert(0, "gen", pd.Series(dtype="int64"))
             empty.insert(0, "run_id", pd.Series(dtype="object"))
             return empty
         return pd.concat(frames, ignore_index=True)
 
     def has_table(self, table: str) -> bool:
+        _count("list")
         return bool(self.fs.glob(self.table_glob(table)))
 
-    def write_text(self, path: str, text: str) -> None:
-        self.write_bytes(path, text.encode())
+
+def _stage_file_pattern(stages: Iterable[str]) -> re.Pattern[str]:
+    """Matches the file names ``{stage}-{shard}.parquet`` of the given stages (a shard has no '-')."""
+    if isinstance(stages, str):
+        raise StoreError(f"stages {stages!r} must be a collection of stage names, not one string")
+    names = [_check_name("stage", stage) for stage in stages]
+    alternatives = "|".join(re.escape(name) for name in names) or "(?!)"
+    return re.compile(rf"^(?:{alternatives})-[A-Za-z0-9][A-Za-z0-9_.]*\.parquet$")
+
+
+def _selected_columns(table: str, columns: Iterable[str] | None) -> list[str] | None:
+    """The file columns to read (None: all); the partition columns are dropped, an unknown one is an error."""
+    if table not in SCHEMAS:
+        raise StoreError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        raise StoreError(f"columns {columns!r} must be a collection of column names, not one string")
+    names = SCHEMAS[table].names
+    selected = [c for c in dict.fromkeys(columns) if c not in PARTITION_COLUMNS]
+    unknown = [c for c in selected if c not in names]
+    if unknown:
+        raise StoreError(f"table {table!r} has no column(s) {unknown}; columns: {', '.join(names)}")
+    return selected
 
 
 def arrow_schema_with_partitions(table: str) -> pa.Schema:

@@ -20,12 +20,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from spade_core.checkpoints import read_marker
+from spade_core.resources import data_dir
 from spade_core.store import Store
 
-ACCELERATE_DIR = Path(__file__).resolve().parent.parent / "data" / "accelerate"
+ACCELERATE_DIR = data_dir("accelerate")
 
 
 class TrainingError(RuntimeError):
@@ -116,8 +115,8 @@ def launch_training(
     started = time.perf_counter()
     tail: deque[str] = deque(maxlen=25)
     with tempfile.TemporaryDirectory(prefix="spade-train-") as tmp:
-        config_file = os.path.join(tmp, "config.yaml")
-        Path(config_file).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        config_file = os.path.join(tmp, "config.yaml")  # every process of the launch reads it
+        Path(config_file).write_text(cfg.to_yaml())
         cmd = accelerate_command(cfg, config_file, run_id, gen)
         env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
         with subprocess.Popen(

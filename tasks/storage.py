@@ -9,17 +9,17 @@ variables, never from the block.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
+from spade_core.fs import s3_endpoint
+from spade_core.hashing import short_hash
 from spade_core.store import Store
 
 
 def block_name(store: Store) -> str:
     """The block name of a store's result storage (lowercase letters, digits and dashes)."""
-    return "spade-results-" + hashlib.sha256(store.results_dir().encode()).hexdigest()[:12]
+    return "spade-results-" + short_hash(store.results_dir(), 12)
 
 
 def result_storage(store: Store) -> Any:
@@ -30,7 +30,7 @@ def result_storage(store: Store) -> Any:
         return path
     from prefect.filesystems import RemoteFileSystem
 
-    endpoint = store.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint(store.endpoint_url)
     settings: dict[str, Any] = {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {}
     block = RemoteFileSystem(basepath=store.results_dir(), settings=settings)
     block.save(block_name(store), overwrite=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spade_core import corpus
+from spade_core.cachedir import CacheBuildError, build_once
 from spade_core.corpus import CorpusError, build_corpus, document_id, sample_documents
 from spade_core.schemas import to_arrow
 
@@ -339,3 +341,46 @@ def test_build_corpus_output_must_be_parquet(tmp_path: Path) -> None:
     (tmp_path / "docs" / "a.txt").write_text("text")
     with pytest.raises(CorpusError, match=r"^corpus output '.*out\.csv' must end in \.parquet$"):
         build_corpus(str(tmp_path / "docs"), str(tmp_path / "out.csv"))
+
+
+# -- the cache-directory helper the embedded corpus is built with ----------------------------------------
+def test_build_once_replaces_a_stale_entry_and_builds_only_when_needed(tmp_path: Path) -> None:
+    target = tmp_path / "cache" / "entry"
+    target.mkdir(parents=True)
+    (target / "partial").write_text("left by a crash")
+    builds: list[Path] = []
+
+    def build(tmp: Path) -> None:
+        builds.append(tmp)
+        tmp.mkdir()
+        (tmp / "done").write_text("ok")
+
+    def ready(path: Path) -> bool:
+        return (path / "done").is_file()
+
+    assert build_once(target, build, ready=ready) == target
+    assert build_once(target, build, ready=ready) == target
+    assert len(builds) == 1 and builds[0].parent == target.parent and builds[0].name.startswith(".entry.tmp-")
+    assert sorted(p.name for p in target.iterdir()) == ["done"]
+    assert sorted(p.name for p in target.parent.iterdir()) == [".entry.lock", "entry"]
+
+
+def test_build_once_leaves_no_temp_files_when_the_build_fails(tmp_path: Path) -> None:
+    target = tmp_path / "entry.parquet"
+
+    def failing(tmp: Path) -> None:
+        tmp.write_bytes(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        build_once(target, failing)
+    with pytest.raises(CacheBuildError, match="wrote nothing"):
+        build_once(target, lambda tmp: None)
+    with pytest.raises(CacheBuildError, match=r"cache entry '.*entry\.parquet' is incomplete after its build"):
+        build_once(target, lambda tmp: tmp.write_bytes(b""), ready=lambda p: p.is_file() and p.stat().st_size > 0)
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
+def test_document_id_hashes_lone_surrogates_like_before() -> None:
+    text = "broken \ud800 text"
+    assert document_id(text) == hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from samples import ROWS, frame
 
+from spade_core.hashing import short_hash
 from spade_core.schemas import TABLES, SchemaError
-from spade_core.store import Store, StoreError
+from spade_core.store import Store, StoreError, WrittenFile, io_counts, reset_io_counts
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -35,7 +36,7 @@ def _same(a: object, b: object) -> bool:
 @pytest.mark.parametrize("table", TABLES)
 def test_round_trip_every_table(store: Store, table: str) -> None:
     written = frame(table)
-    path = store.write_table(table, written, run_id="r1", gen=2, stage="stage", shard=0)
+    path = store.write_table(table, written, run_id="r1", gen=2, stage="stage", shard=0).path
     assert path.endswith(f"tables/{table}/run=r1/gen=2/stage-0.parquet")
     back = store.read_table(table, run_id="r1", gen=2)
     assert list(back["run_id"]) == ["r1", "r1"] and list(back["gen"]) == [2, 2]
@@ -149,3 +150,89 @@ def test_endpoint_from_standard_variable(s3_bucket: str, s3_endpoint: str, monke
     store = Store(s3_bucket)
     store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
     assert len(store.read_table("hints")) == 2
+
+
+def test_write_returns_the_file_with_rows_and_the_digest_of_its_bytes(store: Store) -> None:
+    written = store.write_table("episodes", frame("episodes", 3), run_id="r", gen=1, stage="rollout", shard=2)
+    assert isinstance(written, WrittenFile)
+    assert (written.table, written.rows) == ("episodes", 3)
+    assert written.path.endswith("tables/episodes/run=r/gen=1/rollout-2.parquet")
+    assert written.digest == short_hash(store.read_bytes(written.path)) and len(written.digest) == 16
+
+
+def test_empty_frame_is_written_as_a_schema_only_file(store: Store) -> None:
+    written = store.write_table("hints", pd.DataFrame(), run_id="r", gen=1, stage="hint")
+    assert written.rows == 0 and len(written.digest) == 16
+    assert store.table_files("hints", "r", 1) == [written.path]
+    back = store.read_table("hints", "r", 1)
+    assert back.empty and list(back.columns) == ["run_id", "gen", "env_id", "hint", "leaks_solution", "model_ref"]
+
+
+def test_stage_filter_reads_only_the_named_stages_of_a_partition(store: Store) -> None:
+    for stage, shard, rows in [("rollout", 0, 3), ("rollout", 1, 2), ("rollout-cli", 0, 4), ("seed_check", 0, 5)]:
+        store.write_table("episodes", frame("episodes", rows), run_id="r", gen=1, stage=stage, shard=shard)
+    store.write_table("episodes", frame("episodes", 7), run_id="r", gen=2, stage="rollout")
+    assert len(store.read_table("episodes", "r", 1)) == 14  # no filter: every file of the partition
+    assert [f.rsplit("/", 1)[-1] for f in store.table_files("episodes", "r", 1, stages=["rollout"])] == [
+        "rollout-0.parquet",
+        "rollout-1.parquet",
+    ]
+    assert len(store.read_table("episodes", "r", 1, stages=["rollout"])) == 5
+    assert len(store.read_table("episodes", "r", 1, stages=["rollout-cli"])) == 4
+    assert len(store.read_table("episodes", "r", 1, stages=("seed_check", "rollout"))) == 10
+    assert len(store.read_table("episodes", "r", stages=["rollout"])) == 12  # every generation of the run
+    assert store.read_table("episodes", "r", 1, stages=[]).empty
+
+
+@pytest.mark.parametrize("stages", ["rollout", ["a/b"]])
+def test_bad_stage_filters_are_rejected(tmp_path: Path, stages: object) -> None:
+    with pytest.raises(StoreError, match="stage"):
+        Store(str(tmp_path)).read_table("episodes", "r", 1, stages=stages)  # type: ignore[arg-type]
+
+
+def test_a_shard_with_a_dash_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="shard 'a-1'"):
+        Store(str(tmp_path)).table_path("episodes", "r", 1, "rollout", "a-1")
+
+
+def test_column_projection_reads_only_the_named_columns(store: Store) -> None:
+    store.write_table("episodes", frame("episodes", 3), run_id="r", gen=1, stage="rollout")
+    back = store.read_table("episodes", "r", 1, columns=["seed", "episode_id", "gen"])
+    assert list(back.columns) == ["run_id", "gen", "seed", "episode_id"]
+    assert back["seed"].tolist() == frame("episodes", 3)["seed"].tolist()
+    empty = store.read_table("episodes", "r", 9, columns=["seed"])
+    assert list(empty.columns) == ["run_id", "gen", "seed"] and str(empty["seed"].dtype) == "int64"
+
+
+def test_an_unknown_column_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"table 'episodes' has no column\(s\) \['colour'\]"):
+        Store(str(tmp_path)).read_table("episodes", columns=["seed", "colour"])
+
+
+def test_io_counters_count_reads_listings_and_writes(store: Store) -> None:
+    reset_io_counts()
+    store.write_table("episodes", frame("episodes"), run_id="r", gen=1, stage="rollout", shard=0)
+    store.write_table("episodes", frame("episodes"), run_id="r", gen=1, stage="rollout", shard=1)
+    assert io_counts() == {"read": 0, "list": 0, "write": 2}
+    store.read_table("episodes", "r", 1, stages=["rollout"], columns=["seed"])
+    assert io_counts() == {"read": 2, "list": 1, "write": 2}
+    store.exists(store.run_dir("r"))
+    assert reset_io_counts() == {"read": 2, "list": 2, "write": 2}
+    assert io_counts() == {"read": 0, "list": 0, "write": 0}
+
+
+def test_directory_upload_and_download_stream_every_file(store: Store, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "weights.bin").write_bytes(os.urandom(3 * 1024 * 1024))
+    (src / "sub" / "tokenizer.json").write_text("{}")
+    names = ["sub/tokenizer.json", "weights.bin"]
+    remote = store.checkpoint_dir("r", 1)
+    store.upload_files(src, remote, names)
+    assert store.read_bytes(f"{remote}/sub/tokenizer.json") == b"{}"
+    store.download_files(remote, tmp_path / "dst", names)
+    assert (tmp_path / "dst" / "weights.bin").read_bytes() == (src / "weights.bin").read_bytes()
+    assert (tmp_path / "dst" / "sub" / "tokenizer.json").read_text() == "{}"
+    store.remove_dir(remote)
+    assert not store.exists(f"{remote}/weights.bin")
+    store.remove_dir(remote)  # already gone: no error

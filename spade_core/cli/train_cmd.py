@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.config import ConfigError, SpadeConfig, load_config
+from spade_core.config import ConfigError, SpadeConfig, load_config_text
 from spade_core.store import Store
 from spade_core.train_launch import TrainingError, launch_training
 
@@ -19,10 +17,7 @@ def run_config(store: Store, run_id: str, overrides: list[str]) -> SpadeConfig |
     path = f"{store.run_dir(run_id)}/config.yaml"
     if not store.exists(path):
         return None
-    with tempfile.NamedTemporaryFile("wb", suffix=".yaml") as fh:
-        fh.write(store.read_bytes(path))
-        fh.flush()
-        return load_config(None, Path(fh.name), overrides)
+    return load_config_text(store.read_bytes(path).decode(), overrides, label=f"config file {path}")
 
 
 @clean_errors

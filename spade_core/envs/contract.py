@@ -4,10 +4,10 @@ designer prompt quotes and the validator checks.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from sandbox.runtime.spade_env import parse_answer, parse_boxed, parse_tool_calls, split_actions
+from spade_core.hashing import short_hash
 
 __all__ = [
     "CONTRACT",
@@ -100,4 +100,4 @@ def normalise_code(code: str) -> str:
 
 def env_id_for(code: str) -> str:
     """``env_id`` = first 16 hex of sha256 of the normalised code (DESIGN.md §4)."""
-    return hashlib.sha256(normalise_code(code).encode()).hexdigest()[:16]
+    return short_hash(normalise_code(code))

@@ -1,5 +1,6 @@
 """The seed environment library in ``data/seed_envs/``: hand-written environments that obey the contract,
-seed the memory, serve as the fixed-environment baseline and as test fixtures.
+seed the memory, serve as the fixed-environment baseline and as test fixtures. It is installed with the
+package (``spade_core.resources``).
 
 File names are ``{skill}__{name}.py``; the skill key is one of ``config.GAME_SKILLS + config.TOOL_SKILLS``.
 """
@@ -11,8 +12,9 @@ from pathlib import Path
 
 from spade_core.config import skill_kind
 from spade_core.envs.contract import env_id_for
+from spade_core.resources import data_dir
 
-SEED_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "seed_envs"
+SEED_DIR = data_dir("seed_envs")
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,12 @@ converted ONCE into a plain fp32 HF directory in a local cache (rebuilt from the
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
 import os
 import re
-import shutil
 from pathlib import Path
 
+from spade_core.cachedir import build_once
 from spade_core.llm.base import ModelError
 
 EMBEDDED = "embedded"
@@ -43,42 +41,27 @@ def embedded_gguf() -> Path:
 
 
 def convert_embedded(target: Path) -> Path:
-    """Dequantise the shipped GGUF into a trainable fp32 HF directory at ``target`` (atomic rename)."""
+    """Dequantise the shipped GGUF into a trainable fp32 HF directory written at ``target``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = embedded_gguf()
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantized.state_dict())
-    plain.save_pretrained(tmp)
+    plain.save_pretrained(target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tokenizer.save_pretrained(tmp)
-    os.replace(tmp, target)
+    tokenizer.save_pretrained(target)
     return target
 
 
 def embedded_model_dir() -> Path:
     """The converted embedded model directory, converting it on first use (one process at a time)."""
     target = cache_dir() / "models" / EMBEDDED_DIRNAME
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{EMBEDDED_DIRNAME}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not (target / "config.json").is_file():
-                shutil.rmtree(target, ignore_errors=True)
-                convert_embedded(target)
-        finally:
-            with contextlib.suppress(OSError):
-                fcntl.flock(lock, fcntl.LOCK_UN)
-    return target
+    return build_once(target, convert_embedded, ready=lambda path: (path / "config.json").is_file())
 
 
 def resolve_model(name_or_path: str) -> str:
