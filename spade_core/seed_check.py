@@ -9,7 +9,6 @@ scripted agents play each valid environment: ``reference`` replays ``solution()`
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ from sandbox.session import EnvSession, Replay, run_parallel
 from spade_core.config import SpadeConfig
 from spade_core.envs.contract import split_actions
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
+from spade_core.hashing import short_hash
 from spade_core.store import Store
 from spade_core.validate import limits_from_config, validate_many
 
@@ -53,7 +53,7 @@ def _play_scripted(env: SeedEnv, cfg: SpadeConfig, seed: int, condition: str) ->
     transcript = [{"role": "user", "content": played.observations[0]}] if played.observations else []
     for action, obs in zip(actions, played.observations[1:], strict=False):
         transcript += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
-    episode_id = hashlib.sha256(f"{env.env_id}:{condition}:{seed}".encode()).hexdigest()[:16]
+    episode_id = short_hash(f"{env.env_id}:{condition}:{seed}")
     return {
         "episode_id": episode_id,
         "env_id": env.env_id,
