@@ -49,7 +49,7 @@ def stored_generation(store: Store, envs: int, plays: int, turns: int, tokens: i
     generator.close()
     frame = pd.DataFrame(rows)
     frame["episode_return"] = [float(p % 2) for p in range(len(frame))]  # 0/1 within each group of `plays`
-    store.write_table("episodes", frame, run_id=RUN, gen=1, stage="bench")
+    store.write_table("episodes", frame, run_id=RUN, gen=1, stage="rollout")
     return len(frame)
 
 

@@ -23,10 +23,10 @@ import typer
 from spade_core.cli import app
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import SpadeConfig, StoreConfig
+from spade_core.pipeline.markers import StageRecord
 from spade_core.progress import (
-    STAGES,
+    STAGE_NAMES,
     RunConfigMismatch,
-    StageRecord,
     bind_run_config,
     generation_complete,
     generation_summary,
@@ -78,7 +78,7 @@ class Display:
             self.task_ids[key] = self.progress.add_task(f"run {event.run_id} gen {event.gen}", total=event.total)
         where = f"{event.stage}" if event.shard is None else f"{event.stage} {event.shard + 1}/{event.shards}"
         calls = f", {event.model_calls} model calls" if event.model_calls else ""
-        mark = {"ran": "[green]✓[/]", "reused": "[cyan]↺[/]", "cached": "[cyan]↺[/]"}[event.status]
+        mark = {"ran": "[green]✓[/]", "reused": "[cyan]↺[/]"}[event.status]
         self.progress.console.print(
             f"  {mark} gen {event.gen} {where:<14} {event.status:<7} {event.seconds:7.1f}s{calls}", highlight=False
         )
@@ -115,7 +115,7 @@ def stored_summary(store: Store, run_id: str, gen: int) -> dict[str, Any]:
     """The summary of a complete generation from its stage markers (what its flow run reported)."""
     markers = list_markers(store, run_id).get(gen, {})
     records: dict[str, StageRecord] = {
-        name: markers[name].model_copy(update={"status": "reused"}) for name in STAGES if name in markers
+        name: markers[name].model_copy(update={"status": "reused"}) for name in STAGE_NAMES if name in markers
     }
     summary = generation_summary(store, run_id, gen, records)
     summary["markdown"] = summary_markdown(summary)
@@ -197,8 +197,7 @@ def resume(
     cfg, st = _stored(run_id, store, overrides)
     _bind(st, run_id, cfg)
     gen = next_generation(st, cfg, run_id)
-    started = gen in run_status(st, cfg, run_id) or st.fs.glob(st.path("tables", "*", f"run={run_id}", f"gen={gen}"))
-    if gen > 1 and not started:
+    if gen > 1 and gen not in run_status(st, cfg, run_id):  # the markers alone say what was started
         typer.echo(
             f"run {run_id}: generations 1..{gen - 1} are complete; nothing to resume "
             f"(add generations with: spade run --run-id {run_id} --generations {gen})",

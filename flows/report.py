@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
-from spade_core.progress import StageRecord, summary_markdown, top_environments
+from spade_core.pipeline.markers import StageRecord
+from spade_core.progress import summary_markdown, top_environments
 from spade_core.store import Store
 
 
@@ -23,7 +24,7 @@ class ProgressEvent:
     stage: str
     shard: int | None
     shards: int | None
-    status: str  # ran | reused | cached
+    status: str  # ran | reused
     seconds: float
     model_calls: int
     done: int

@@ -187,16 +187,24 @@ class Memory:
         return cls(cfg, entries)
 
     def save(self, store: Store, run_id: str, gen: int) -> str:
-        """Write the whole snapshot as generation ``gen``'s memory table; rewriting replaces it."""
-        return store.write_table("memory", self.to_frame(), run_id=run_id, gen=gen, stage=STAGE)
+        """Write the whole snapshot as generation ``gen``'s memory table; rewriting replaces it. Returns the path."""
+        return store.write_table("memory", self.to_frame(), run_id=run_id, gen=gen, stage=STAGE).path
 
     @classmethod
     def load(cls, store: Store, run_id: str, gen: int | None = None, cfg: MemoryConfig | None = None) -> Memory:
         """The latest snapshot at or before ``gen`` (None: the latest); the seeded memory when there is none.
 
-        A snapshot with no rows counts as none (the memory never empties once seeded).
+        Reads the one snapshot of ``gen`` when it exists (what every generation's pipeline needs); only
+        otherwise lists the run's snapshots. A snapshot with no rows counts as none (the memory never
+        empties once seeded).
         """
-        frame = store.read_table("memory", run_id=run_id)
+        if gen is not None and gen < 1:
+            return cls.seeded(cfg)  # before the first generation
+        if gen is not None:
+            frame = store.read_table("memory", run_id, gen, stages=[STAGE])
+            if not frame.empty:
+                return cls.from_frame(frame, cfg)
+        frame = store.read_table("memory", run_id=run_id, stages=[STAGE])
         if gen is not None:
             frame = frame[frame["gen"] <= gen]
         if frame.empty:

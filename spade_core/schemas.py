@@ -28,6 +28,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "designs": pa.schema(
         [
             _f("design_id", _str),
+            _f("attempt", pa.int32()),  # 0 = the designer's reply; k > 0 = its k-th repair (validate stage)
             _f("doc_id", _str, True),
             _f("group_id", _str),
             _f("skill", _str),
@@ -42,12 +43,36 @@ SCHEMAS: dict[str, pa.Schema] = {
     "validations": pa.schema(
         [
             _f("design_id", _str, True),
+            _f("attempt", pa.int32()),  # the designs row (design_id, attempt) this verdict is about
             _f("env_id", _str, True),  # null when the design's reply held no code
             _f("ok", pa.bool_()),
             _f("error_type", _str, True),
             _f("message", _str, True),
             _f("checks", pa.map_(_str, pa.bool_())),
             _f("seconds", pa.float64()),
+        ]
+    ),
+    # The novelty stage's verdicts on valid designs (memory.novelty_threshold); it never rewrites validations.
+    "novelty": pa.schema(
+        [
+            _f("design_id", _str),
+            _f("attempt", pa.int32()),
+            _f("env_id", _str),
+            _f("novel", pa.bool_()),
+            _f("similarity", pa.float64()),
+            _f("threshold", pa.float64()),
+        ]
+    ),
+    # The environments a generation plays, written once by the pool stage: valid designs, replayed memory
+    # environments, or the fixed pool. Every later stage reads this table instead of recomputing it.
+    "pool": pa.schema(
+        [
+            _f("env_id", _str),
+            _f("design_id", _str, True),
+            _f("skill", _str),
+            _f("kind", _str),
+            _f("code", _str),
+            _f("source", _str),  # design | replay | fixed
         ]
     ),
     "hints": pa.schema([_f("env_id", _str), _f("hint", _str), _f("leaks_solution", pa.bool_()), _f("model_ref", _str)]),

@@ -76,7 +76,7 @@ def run_seed_check(cfg: SpadeConfig, store: Store, run_id: str, gen: int = 1, se
     results = validate_many([e.code for e in envs], cfg.validation)
     store.write_table(
         "validations",
-        pd.DataFrame([{"design_id": None, **r.as_row()} for r in results]),
+        pd.DataFrame([{"design_id": None, "attempt": 0, **r.as_row()} for r in results]),
         run_id=run_id,
         gen=gen,
         stage="seed_check",

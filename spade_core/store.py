@@ -5,7 +5,6 @@ Layout under the root::
     tables/{table}/run={run_id}/gen={g}/{stage}-{shard}.parquet
     checkpoints/run={run_id}/gen={g}/
     runs/{run_id}/config.yaml
-    prefect-results/
 
 File names are deterministic per (table, run, gen, stage, shard), so a retried stage replaces its own
 file and never adds a duplicate. Writes are atomic: a hidden temp file renamed into place locally, a
@@ -167,9 +166,6 @@ class Store:
 
     def run_dir(self, run_id: str) -> str:
         return self.path("runs", _check_name("run id", run_id))
-
-    def results_dir(self) -> str:
-        return self.path("prefect-results")
 
     # -- bytes --------------------------------------------------------------------------------------
     def write_bytes(self, path: str, data: bytes) -> None:

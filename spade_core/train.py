@@ -34,6 +34,7 @@ import pandas as pd
 
 from spade_core.checkpoints import model_for_generation, newest_checkpoint_below, write_checkpoint
 from spade_core.config import SpadeConfig, load_config
+from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
 from spade_core.train_data import AGENT, DESIGNER, Batch, agent_samples, designer_samples, make_batch, mix_roles
 from spade_core.train_launch import TrainSummary
@@ -43,12 +44,12 @@ METRIC_STAGE = "train"
 
 def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, tokenizer: Any) -> Batch:
     """The generation's GRPO batch from the store: no-hint episodes and (unless frozen) designs."""
-    episodes = store.read_table("episodes", run_id=run_id, gen=gen)
+    episodes = store.read_table("episodes", run_id=run_id, gen=gen, stages=["rollout"])
     agent, skipped = agent_samples(episodes)
     designer = []
     if cfg.designer.train and not cfg.designer.fixed_pool:
-        designs = store.read_table("designs", run_id=run_id, gen=gen)
-        scores = store.read_table("env_scores", run_id=run_id, gen=gen)
+        designs = final_designs(store, run_id, gen)  # the latest attempt of each design (repairs included)
+        scores = store.read_table("env_scores", run_id=run_id, gen=gen, stages=["score"])
         designer = designer_samples(designs, scores, tokenizer, cfg.scoring.invalid_reward)
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen)
     return make_batch(mixed, skipped_episodes=skipped)

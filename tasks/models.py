@@ -1,6 +1,6 @@
 """Generators for tasks: loaded at most once per worker process, and only when a stage really runs.
 
-A stage asks for the model through a *lease* (:data:`spade_core.stages.GeneratorLease`); the lease
+A stage asks for the model through a *lease* (:data:`spade_core.pipeline.stage.GeneratorLease`); the lease
 resolves the model generation ``gen`` plays with (the newest complete checkpoint before it, downloaded
 or merged once by :mod:`spade_core.checkpoints`), loads it on first use and keeps it for the next stage
 in the same process. An in-process model (``transformers``) serves one stage at a time — shards of a
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from spade_core.llm.base import Generator
-from spade_core.stages import GeneratorLease
+from spade_core.pipeline.stage import GeneratorLease
 from spade_core.store import Store
 
 _LOCK = threading.Lock()

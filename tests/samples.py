@@ -10,6 +10,7 @@ ROWS: dict[str, dict[str, Any]] = {
     "documents": {"doc_id": "d1", "source": "wiki", "title": "Ada", "text": "Ada Lovelace ...", "n_words": 3},
     "designs": {
         "design_id": "x1",
+        "attempt": 0,
         "doc_id": "d1",
         "group_id": "g1",
         "skill": "optimization",
@@ -22,12 +23,29 @@ ROWS: dict[str, dict[str, Any]] = {
     },
     "validations": {
         "design_id": "x1",
+        "attempt": 0,
         "env_id": "e1",
         "ok": False,
         "error_type": "timeout",
         "message": "slow",
         "checks": {"parses": True, "one_env_class": False},
         "seconds": 0.5,
+    },
+    "novelty": {
+        "design_id": "x1",
+        "attempt": 0,
+        "env_id": "e1",
+        "novel": False,
+        "similarity": 0.97,
+        "threshold": 0.95,
+    },
+    "pool": {
+        "env_id": "e1",
+        "design_id": "x1",
+        "skill": "optimization",
+        "kind": "game",
+        "code": "class E: ...",
+        "source": "design",
     },
     "hints": {"env_id": "e1", "hint": "think", "leaks_solution": False, "model_ref": "base"},
     "episodes": {

@@ -1,5 +1,7 @@
-"""One generation end to end on the tiny preset with the tiny model: documents → designs → validation →
-hints → rollouts (hint and no hint) → scores → memory, and the tables join by id in SQL."""
+"""One generation end to end on the tiny preset with the tiny model, run by the local runner over the stage
+registry (the production order): documents → designs → validation → pool → hints → rollouts (hint and no
+hint) → scores → memory; the tables join by id in SQL, and rows other commands write into the same
+partition (``spade demo``, ``spade rollout --run-id``) never leak into the generation."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import pytest
 
 from spade_core.catalog import query
 from spade_core.config import load_config
-from spade_core.generation import GenerationContext, run_generation
+from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.local import run_generation
+from spade_core.pipeline.stage import fixed_lease
 from spade_core.store import Store
 
 # The module's generation fixture runs the tiny model on CPU for a few minutes: allow for a loaded machine.
@@ -30,16 +34,34 @@ OVERRIDES = [
     "corpus.max_words=60",
     "corpus.max_words_tool=60",
     "designer.memory_negative=0",
+    "training.enabled=false",
 ]
+
+
+class Result:
+    """What one generation wrote, read back from the store by the stages' own names."""
+
+    def __init__(self, cfg, store: Store, run_id: str, gen: int, records) -> None:  # type: ignore[no-untyped-def]
+        ctx = GenerationContext(cfg, store, run_id, gen)
+        self.records = records
+        self.designs = ctx.read("designs", ["design", "repair"])
+        self.envs = ctx.pool()
+        self.memory = ctx.read("memory", ["memory"])
+        self.diversity = records["pool"].info["diversity"]
 
 
 @pytest.fixture(scope="module")
 def generation(tmp_path_factory: pytest.TempPathFactory, tiny_generator):  # type: ignore[no-untyped-def]
+    from spade_core.seed_check import run_seed_check
+
     root = tmp_path_factory.mktemp("gen-store")
     cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={root}"])
     store = Store(str(root))
-    result = run_generation(GenerationContext(cfg, store, "it", 1), tiny_generator)
-    return store, result
+    # `spade demo` first, into the same run and generation: its scripted 'reference' episodes and seed
+    # validations must not leak into the generation (they once broke scoring).
+    run_seed_check(cfg, store, "it", 1, seeds=1)
+    records = run_generation(cfg, store, "it", 1, lambda: fixed_lease(tiny_generator))
+    return store, Result(cfg, store, "it", 1, records)
 
 
 def test_every_stage_wrote_its_table(generation) -> None:  # type: ignore[no-untyped-def]
@@ -47,9 +69,9 @@ def test_every_stage_wrote_its_table(generation) -> None:  # type: ignore[no-unt
     counts = query(
         store,
         "select (select count(*) from documents) d, (select count(*) from designs) x, "
-        "(select count(*) from validations) v, (select count(*) from hints) h, "
-        "(select count(*) from episodes) e, (select count(*) from env_scores) s, "
-        "(select count(*) from memory) m",
+        "(select count(*) from validations where design_id is not null) v, (select count(*) from hints) h, "
+        "(select count(*) from episodes where condition in ('hint', 'no_hint')) e, "
+        "(select count(*) from env_scores) s, (select count(*) from memory) m",
     ).iloc[0]
     assert counts.d == 2 and counts.x == 4 and counts.v == 4
     assert counts.h == len(result.envs) >= 2  # the two replayed seed envs at least
@@ -64,9 +86,10 @@ def test_tables_join_by_id(generation) -> None:  # type: ignore[no-untyped-def]
         """
         select
           (select count(*) from designs x left join documents d using (doc_id) where d.doc_id is null) as designs,
-          (select count(*) from validations v left join designs x using (design_id) where x.design_id is null)
-            as validations,
-          (select count(*) from episodes e left join hints h using (env_id) where h.env_id is null) as episodes,
+          (select count(*) from validations v left join designs x using (design_id)
+            where x.design_id is null and v.design_id is not null) as validations,
+          (select count(*) from episodes e left join hints h using (env_id)
+            where h.env_id is null and e.condition in ('hint', 'no_hint')) as episodes,
           (select count(*) from env_scores s left join (select distinct env_id from episodes) e using (env_id)
             where e.env_id is null and s.design_id is null) as replayed_scores_without_plays
     """,
@@ -83,7 +106,7 @@ def test_regret_is_hint_minus_no_hint_in_sql(generation) -> None:  # type: ignor
           select env_id,
                  avg(episode_return) filter (where condition = 'hint') as r_hint,
                  avg(episode_return) filter (where condition = 'no_hint') as r_no_hint
-          from episodes group by env_id)
+          from episodes where model_ref not like 'scripted:%' group by env_id)
         select s.env_id, s.regret, s.r_hint, s.r_no_hint, p.r_hint - p.r_no_hint as sql_regret, s.win_rate
         from env_scores s join plays p using (env_id)
     """,
@@ -92,6 +115,27 @@ def test_regret_is_hint_minus_no_hint_in_sql(generation) -> None:  # type: ignor
     assert (frame.regret - frame.sql_regret).abs().max() < 1e-12
     assert (frame.r_hint - (frame.regret + frame.r_no_hint)).abs().max() < 1e-12
     assert (frame.win_rate == frame.r_no_hint).all()
+
+
+def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(generation, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    from spade_core.pipeline.registry import stage
+    from spade_core.train import build_batch
+
+    store, _ = generation
+    cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={store.base}"])
+    ctx = GenerationContext(cfg, store, "it", 1)
+    scores = ctx.read("env_scores", ["score"])
+    batch = build_batch(cfg, store, "it", 1, tiny_generator.tokenizer)
+    # What `spade rollout --run-id it` writes: plays of a pool environment, won, under stage 'rollout-cli'.
+    played = ctx.read("episodes", ["rollout"]).drop(columns=["run_id", "gen"])
+    won = played.assign(episode_id=played["episode_id"] + "-cli", episode_return=1.0, error_type=None)
+    store.write_table("episodes", won, run_id="it", gen=1, stage="rollout-cli")
+    stage("score").body(ctx.execution(), tiny_generator)  # score again, over the partition as it is now
+    pd.testing.assert_frame_equal(ctx.read("env_scores", ["score"]), scores)
+    rebuilt = build_batch(cfg, store, "it", 1, tiny_generator.tokenizer)
+    assert [s.completion_ids for b in rebuilt.blocks for s in b] == [s.completion_ids for b in batch.blocks for s in b]
 
 
 def test_invalid_designs_get_the_invalid_reward(generation) -> None:  # type: ignore[no-untyped-def]
@@ -123,13 +167,16 @@ def test_episodes_carry_hints_in_the_hint_condition(generation) -> None:  # type
 
 def test_designs_keep_their_group_and_document(generation) -> None:  # type: ignore[no-untyped-def]
     store, _ = generation
-    groups = query(store, "select group_id, count(*) n, count(distinct doc_id) docs from designs group by all")
+    groups = query(
+        store, "select group_id, count(*) n, count(distinct doc_id) docs from designs where attempt = 0 group by all"
+    )
     assert list(groups.n) == [2, 2] and list(groups.docs) == [1, 1]
 
 
 def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
-    from spade_core.generation import stage_design, stage_documents
     from spade_core.memory import Memory
+    from spade_core.pipeline.stages import documents
+    from spade_core.pipeline.stages.design import design
 
     cfg = load_config(
         "tiny",
@@ -142,9 +189,10 @@ def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_gener
         ],
     )
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "abl", 1)
-    documents = stage_documents(ctx)
-    designs = stage_design(ctx, documents, tiny_generator, Memory.seeded(cfg.memory))
-    assert documents.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
+    assert documents.run(ctx, tiny_generator) == {"rows": 0}
+    docs = ctx.read("documents", ["documents"])
+    designs = design(ctx, docs, tiny_generator, Memory.seeded(cfg.memory))
+    assert docs.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
 
 
 def test_spade_envs_list_and_show(generation) -> None:  # type: ignore[no-untyped-def]
@@ -201,7 +249,7 @@ def test_spade_design_shows_designs_for_a_text_file(tmp_path: Path) -> None:
 
 
 def test_fixed_pool_of_seeds_is_the_whole_library(tmp_path: Path) -> None:
-    from spade_core.generation import fixed_pool
+    from spade_core.pipeline.stages.pool import fixed_pool
 
     cfg = load_config("tiny", overrides=["designer.fixed_pool=seeds"])
     envs = fixed_pool(GenerationContext(cfg, Store(str(tmp_path)), "base", 1))
@@ -215,46 +263,16 @@ def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Pat
 
     store = Store(str(tmp_path))
     env = next(e for e in load_seed_envs() if e.skill == "pattern_recognition")
+    other = next(e for e in load_seed_envs() if e.skill == "optimization")
+    # The source run played a designed environment and a replayed one; only the designed one is its own.
+    row = {"design_id": "d1", "skill": env.skill, "kind": env.kind, "code": env.code, "env_id": env.env_id}
+    replayed = {"design_id": None, "skill": other.skill, "kind": other.kind, "code": other.code}
     store.write_table(
-        "designs",
-        pd.DataFrame(
-            [
-                {
-                    "design_id": "d1",
-                    "doc_id": None,
-                    "group_id": "g",
-                    "skill": env.skill,
-                    "kind": env.kind,
-                    "prompt": "[]",
-                    "completion": "",
-                    "code": env.code,
-                    "env_id": env.env_id,
-                    "model_ref": "m",
-                }
-            ]
-        ),
+        "pool",
+        pd.DataFrame([{**row, "source": "design"}, {**replayed, "env_id": other.env_id, "source": "replay"}]),
         run_id="src",
         gen=1,
-        stage="design",
-    )
-    store.write_table(
-        "validations",
-        pd.DataFrame(
-            [
-                {
-                    "design_id": "d1",
-                    "env_id": env.env_id,
-                    "ok": True,
-                    "error_type": None,
-                    "message": None,
-                    "checks": {},
-                    "seconds": 0.1,
-                }
-            ]
-        ),
-        run_id="src",
-        gen=1,
-        stage="validate",
+        stage="pool",
     )
     cfg = load_config(
         "tiny",
@@ -266,8 +284,8 @@ def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Pat
             "rollout.hint_max_words=12",
         ],
     )
-    result = run_generation(GenerationContext(cfg, store, "base", 1), tiny_generator)
-    assert result.designs.empty and list(result.envs["env_id"]) == [env.env_id]
+    records = run_generation(cfg, store, "base", 1, lambda: fixed_lease(tiny_generator))
+    assert "design" not in records and records["pool"].info["env_ids"] == [env.env_id]
     counts = query(
         store,
         "select (select count(*) from designs where run_id = 'base') x, "
@@ -279,7 +297,7 @@ def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Pat
 def test_fixed_pool_from_a_run_without_valid_envs_fails_clearly(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
     cfg = load_config("tiny", overrides=["designer.fixed_pool=run:nothing"])
     with pytest.raises(ValueError, match="run 'nothing' has no valid environments in the store"):
-        run_generation(GenerationContext(cfg, Store(str(tmp_path)), "base", 1), tiny_generator)
+        run_generation(cfg, Store(str(tmp_path)), "base", 1, lambda: fixed_lease(tiny_generator))
 
 
 def test_pool_diversity_is_reported(generation) -> None:  # type: ignore[no-untyped-def]
@@ -290,8 +308,9 @@ def test_pool_diversity_is_reported(generation) -> None:  # type: ignore[no-unty
 def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
     import pandas as pd
 
-    from spade_core.generation import stage_validate
     from spade_core.memory import Memory
+    from spade_core.pipeline.stages import novelty, validate
+    from spade_core.pipeline.verdicts import final_verdicts
 
     cfg = load_config("tiny", overrides=["memory.novelty_threshold=0.95"])
     memory = Memory.seeded(cfg.memory)
@@ -309,12 +328,18 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
                 "code": copied,
                 "env_id": "e",
                 "model_ref": "m",
+                "attempt": 0,
             }
         ]
     )
-    _, validations = stage_validate(GenerationContext(cfg, Store(str(tmp_path)), "nov", 1), designs, None, memory)
-    row = validations.iloc[0]
+    ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1, shard=0)
+    ctx.write("designs", designs, "design", 0)
+    validate.run(ctx, None)  # type: ignore[arg-type]
+    assert novelty.run(ctx, None) == {"checked": 1, "rejected": 1}  # type: ignore[arg-type]
+    row = final_verdicts(ctx.store, "nov", 1).iloc[0]
     assert (bool(row.ok), row.error_type) == (False, "not_novel") and "cosine similarity" in row.message
+    # The verdict is the novelty stage's own row: the validation stays as the validate stage wrote it.
+    assert bool(ctx.read("validations", ["validate"]).iloc[0].ok)
 
 
 def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> None:
@@ -324,8 +349,9 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
 
     from spade_core.design import design_messages
     from spade_core.envs.seeds import load_seed_envs
-    from spade_core.generation import stage_validate
     from spade_core.llm.base import Completion
+    from spade_core.pipeline.stages.validate import validate_shard
+    from spade_core.pipeline.verdicts import final_designs
 
     fixed = next(e for e in load_seed_envs() if e.skill == "optimization").code
 
@@ -360,11 +386,18 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
                 "code": "x = (\n",
                 "env_id": "e0",
                 "model_ref": "m",
+                "attempt": 0,
             }
         ]
     )
     repairer = Repairer()
-    designs, validations = stage_validate(GenerationContext(cfg, Store(str(tmp_path)), "rep", 1), designs, repairer)
-    assert bool(validations.iloc[0].ok) and designs.iloc[0].code == fixed
+    ctx = GenerationContext(cfg, Store(str(tmp_path)), "rep", 1)
+    ctx.write("designs", designs, "design", 0)
+    repairs, validations = validate_shard(ctx, designs, 0, repairer)
+    # The repair is a row of its own (attempt 1); the design stage's file is untouched.
+    assert list(validations["attempt"]) == [0, 1] and list(validations["ok"]) == [False, True]
+    assert repairs.iloc[0].code == fixed and ctx.read("designs", ["design"]).iloc[0].code == "x = (\n"
+    final = final_designs(ctx.store, "rep", 1).iloc[0]
+    assert (final.attempt, final.code, bool(final.ok)) == (1, fixed, True)
     (request,) = repairer.seen
     assert "failed validation (syntax_error)" in request.messages[-1]["content"]

@@ -1,5 +1,5 @@
-"""Orchestration without a model: resumable stages and their markers, the run's config binding, the
-status of a run from the store, the Prefect cache key, and validation shards on Dask vs threads."""
+"""Orchestration without a model: the stage registry, resumable stages and their markers, the run's config
+binding, the status of a run from the store, the Prefect tasks, and validation shards on Dask vs threads."""
 
 from __future__ import annotations
 
@@ -10,19 +10,30 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from spade_core import stages
 from spade_core.config import load_config
-from spade_core.generation import GenerationContext
+from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.markers import StageRecord, read_marker
+from spade_core.pipeline.registry import STAGES
+from spade_core.pipeline.stage import Body, GeneratorLease, Stage, execute
 from spade_core.progress import (
     RunConfigMismatch,
-    StageRecord,
     bind_run_config,
     generation_stages,
     next_generation,
-    read_marker,
     stages_for,
 )
 from spade_core.store import Store
+
+
+def _run(
+    ctx: GenerationContext,
+    name: str,
+    body: Body,
+    upstream: list[StageRecord] = (),  # type: ignore[assignment]
+    lease: GeneratorLease | None = None,
+    shard: int | None = None,
+) -> StageRecord:
+    return execute(Stage(name, body), ctx, {r.name: r for r in upstream}, lease, shard)
 
 
 def _ctx(tmp_path: Path, *overrides: str, run_id: str = "r") -> GenerationContext:
@@ -46,16 +57,20 @@ def test_a_stage_is_reused_from_its_marker_and_rerun_when_its_inputs_change(tmp_
         return {"n": len(calls)}
 
     upstream = StageRecord(stage="up", run_id="r", gen=1, artifact_hash="h", digest="aaa")
-    first = stages.resumable(ctx, "documents", None, [upstream], body)
-    again = stages.resumable(ctx, "documents", None, [upstream], body)
+    first = _run(ctx, "documents", body, [upstream])
+    again = _run(ctx, "documents", body, [upstream])
     assert (first.status, again.status, len(calls)) == ("ran", "reused", 1)
     assert again.digest == first.digest and again.rows == {"documents": 1}
     changed = upstream.model_copy(update={"digest": "bbb"})
-    third = stages.resumable(ctx, "documents", None, [changed], body)
-    assert (third.status, len(calls), third.inputs) == ("ran", 2, {"up": "bbb"})
+    third = _run(ctx, "documents", body, [changed])
+    assert (third.status, len(calls), third.inputs) == ("ran", 2, {"gen1/up": "bbb"})
     assert third.digest != first.digest
     # The rerun replaced its own file: 2 rows now, not 1 + 2.
     assert len(ctx.store.read_table("documents", "r", 1)) == 2
+    # A file another command wrote into the same partition is not this stage's: readers that name the
+    # stage never see it.
+    ctx.store.write_table("documents", _docs(5), run_id="r", gen=1, stage="other-command")
+    assert len(ctx.read("documents", ["documents"])) == 2
 
 
 def test_a_reused_stage_never_loads_the_model(tmp_path: Path) -> None:
@@ -70,9 +85,9 @@ def test_a_reused_stage_never_loads_the_model(tmp_path: Path) -> None:
     def body(run: GenerationContext, model) -> dict[str, str]:  # type: ignore[no-untyped-def]
         return {"model": model.model_ref}
 
-    record = stages.resumable(ctx, "hint", None, [], body, lease)
+    record = _run(ctx, "hint", body, [], lease)
     assert (record.info, record.model_calls, len(loads)) == ({"model": "fake"}, 0, 1)
-    assert stages.resumable(ctx, "hint", None, [], body, lease).status == "reused" and len(loads) == 1
+    assert _run(ctx, "hint", body, [], lease).status == "reused" and len(loads) == 1
 
 
 def test_a_run_id_is_bound_to_the_settings_that_decide_its_artifacts(tmp_path: Path) -> None:
@@ -90,10 +105,10 @@ def test_status_and_next_generation_come_from_the_markers(tmp_path: Path) -> Non
     cfg, store = ctx.cfg, ctx.store
     assert next_generation(store, cfg, "r") == 1
     for stage in stages_for(cfg, 1):
-        stages.resumable(ctx, stage, None, [], lambda run, model: {"shards": 2})
+        _run(ctx, stage, lambda run, model: {"shards": 2})
     g2 = GenerationContext(cfg, store, "r", 2)
-    stages.resumable(g2, "documents", None, [], lambda run, model: None)
-    stages.resumable(g2, "rollout", 0, [], lambda run, model: {"shards": 3})
+    _run(g2, "documents", lambda run, model: None)
+    _run(g2, "rollout", lambda run, model: {"shards": 3}, shard=0)
     assert next_generation(store, cfg, "r") == 2
     states = generation_stages(store, cfg, "r", 2)
     assert states["documents"] == "done" and states["rollout"] == "1/3 shards" and states["train"] == "todo"
@@ -106,22 +121,28 @@ def test_fixed_pool_runs_skip_the_designer_stages_and_evaluation_follows_its_sch
     assert stages_for(fixed, 2)[-1] == "evaluate"
 
 
-def test_the_cache_key_is_run_gen_stage_shard_config_and_upstream_digests_only() -> None:
-    from tasks.stages import StageKey
+def test_the_registry_is_one_ordered_list_whose_inputs_come_before_each_stage() -> None:
+    names = [s.name for s in STAGES]
+    assert len(set(names)) == len(names)
+    for i, stage in enumerate(STAGES):
+        assert set(stage.inputs) <= set(names[:i]), stage.name
+        assert stage.shard_by is None or stage.shard_by in stage.inputs, stage.name
+    assert names[0] == "documents" and names[-2:] == ["train", "evaluate"]
+    novelty = load_config("tiny", overrides=["memory.novelty_threshold=0.9"])
+    assert "novelty" in stages_for(novelty, 1) and "novelty" not in stages_for(load_config("tiny"), 1)
 
-    cfg = load_config("tiny")
-    up = StageRecord(stage="design", run_id="r", gen=1, artifact_hash="h", digest="d1", seconds=3.0)
 
-    def key(name: str, shard: int | None, record: StageRecord, run_id: str = "r") -> str | None:
-        ctx = SimpleNamespace(task=SimpleNamespace(name=name), task_run=SimpleNamespace(flow_run_id="any"))
-        inputs = {"cfg": cfg, "run_id": run_id, "gen": 1, "shard": shard, "designs": record}
-        return StageKey().compute_key(ctx, inputs, {})  # type: ignore[arg-type]
+def test_stage_tasks_never_use_prefects_cache_and_retry_only_model_and_io_stages() -> None:
+    from prefect.cache_policies import NO_CACHE
 
-    base = key("validate", 0, up)
-    # Same artifact, different execution facts (a cache hit, a reuse, another duration): same key.
-    assert key("validate", 0, up.model_copy(update={"status": "cached", "seconds": 0.0})) == base
-    assert key("validate", 1, up) != base and key("rollout", 0, up) != base and key("validate", 0, up, "q") != base
-    assert key("validate", 0, up.model_copy(update={"digest": "d2"})) != base
+    from tasks.stages import task_for
+
+    cfg = load_config("tiny", overrides=["orchestration.retries=3"])
+    by_name = {s.name: task_for(s, cfg) for s in STAGES}
+    assert all(t.cache_policy is NO_CACHE for t in by_name.values())
+    assert {n for n, t in by_name.items() if t.retries} == {s.name for s in STAGES if s.retried}
+    assert by_name["rollout"].retries == 3 and by_name["score"].retries == 0
+    assert {t.name for t in by_name.values()} == {s.name for s in STAGES}
 
 
 def _write_designs(ctx: GenerationContext) -> StageRecord:
@@ -142,6 +163,7 @@ def _write_designs(ctx: GenerationContext) -> StageRecord:
             "code": code,
             "env_id": f"e{i}" if code else None,
             "model_ref": "m",
+            "attempt": 0,
         }
         for i, code in enumerate(codes)
     ]
@@ -158,8 +180,8 @@ def test_validation_shards_on_processes_and_a_local_dask_cluster_match_threads(t
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.runners import task_runner_for
-    from tasks.stages import configured
-    from tasks.storage import result_storage
+    from spade_core.pipeline.registry import stage
+    from tasks.stages import task_for
 
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -168,8 +190,11 @@ def test_validation_shards_on_processes_and_a_local_dask_cluster_match_threads(t
         from spade_core.config import SpadeConfig
 
         cfg = SpadeConfig.model_validate(config)
-        tasks = configured(cfg, result_storage(Store.from_config(cfg.store)))
-        shards = tasks.validate.map(unmapped(cfg), unmapped("r"), unmapped(1), range(2), unmapped(designs))
+        validate = task_for(stage("validate"), cfg)
+        upstream = {"design": designs}
+        shards = validate.map(
+            unmapped(cfg), unmapped("r"), unmapped(1), unmapped("validate"), range(2), unmapped(upstream)
+        )
         return [f.result() for f in shards]
 
     rows = {}
@@ -181,7 +206,7 @@ def test_validation_shards_on_processes_and_a_local_dask_cluster_match_threads(t
             records = run(ctx.cfg.model_dump(mode="json"), designs)
             assert [r.name for r in records] == ["validate-0", "validate-1"]
             assert all(r.status == "ran" for r in records)
-            rows[runner] = ctx.store.read_table("validations", "r", 1).drop(columns=["seconds"])
+            rows[runner] = ctx.read("validations", ["validate"]).drop(columns=["seconds"])
     expected = rows["threads"].to_dict("records")
     assert rows["processes"].to_dict("records") == expected and rows["dask"].to_dict("records") == expected
     assert list(rows["dask"]["ok"]) == [True, False, False, True]
@@ -198,7 +223,7 @@ def test_spade_status_reads_the_store_and_resume_says_when_there_is_nothing_to_d
     ctx = _ctx(tmp_path, "training.enabled=false")
     bind_run_config(ctx.store, "r", ctx.cfg)
     for stage in stages_for(ctx.cfg, 1):
-        stages.resumable(ctx, stage, None, [], lambda run, model: None)
+        _run(ctx, stage, lambda run, model: None)
     shown = runner.invoke(app, ["status", "r", "--store", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
     assert "gen 1 complete" in shown.stdout and "train:✓" in shown.stdout

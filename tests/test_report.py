@@ -102,6 +102,7 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
         designs.append(
             {
                 "design_id": design_id,
+                "attempt": 0,
                 "doc_id": f"doc{i // 2}",
                 "group_id": f"grp{i // 2}",
                 "skill": skill,
@@ -116,6 +117,7 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
         validations.append(
             {
                 "design_id": design_id,
+                "attempt": 0,
                 "env_id": env_id,
                 "ok": ok,
                 "error_type": None if ok else ("syntax_error" if code is None else "trivial"),
@@ -376,7 +378,7 @@ def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
     frame = pd.DataFrame(
         [
-            {"design_id": "d0", "doc_id": None, "group_id": "g", "skill": "optimization", "kind": "game"}
+            {"design_id": "d0", "attempt": 0, "doc_id": None, "group_id": "g", "skill": "optimization", "kind": "game"}
             | {"prompt": "[]", "completion": "no code", "code": None, "env_id": None, "model_ref": "base"}
         ]
     )

@@ -47,6 +47,7 @@ IDS = {  # what identifies a row of each table within one generation
     "documents": "doc_id",
     "designs": "design_id",
     "validations": "design_id",
+    "pool": "env_id",
     "hints": "env_id",
     "episodes": "episode_id",
     "env_scores": "coalesce(design_id, env_id)",
@@ -101,7 +102,7 @@ def kill_during_rollouts(cmd: list[str], env: dict[str, str], store: Store, run_
 def check_resumed_generation(store: Store, run_id: str, summary: dict) -> None:  # type: ignore[type-arg]
     stages = {s["stage"]: s for s in summary["stages"]}
     for name in ("documents", "design", "validate", "pool", "hint"):
-        assert stages[name]["status"] == "cached" and stages[name]["model_calls"] == 0, stages[name]
+        assert stages[name]["status"] == "reused" and stages[name]["model_calls"] == 0, stages[name]
     assert stages["rollout"]["status"] == "ran" and stages["rollout"]["model_calls"] > 0
     assert all(stages[s]["status"] == "ran" for s in ("score", "memory", "train"))
     envs = read_marker(store, run_id, 1, "pool")
@@ -151,7 +152,7 @@ def kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None) -> N
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (summary,) = json.loads(resumed.stdout.strip().splitlines()[-1])
     check_resumed_generation(store, run_id, summary)
-    # The shard finished before the kill was a cache hit: its file was not rewritten.
+    # The shard finished before the kill was reused from its marker: its file was not rewritten.
     assert store.read_bytes(store.table_path("episodes", run_id, 1, "rollout", finished)) == kept
 
     again = subprocess.run(

@@ -75,9 +75,9 @@ def _designs() -> tuple[pd.DataFrame, pd.DataFrame]:
     designs = pd.DataFrame(
         [
             {**common, "design_id": "des1", "completion": f"```python\n{code}```", "code": code}
-            | {"env_id": env.env_id, "model_ref": "base"},
+            | {"env_id": env.env_id, "model_ref": "base", "attempt": 0},
             {**common, "design_id": "des2", "completion": "I cannot write code.", "code": None}
-            | {"env_id": None, "model_ref": "base"},
+            | {"env_id": None, "model_ref": "base", "attempt": 0},
         ]
     )
     scores = pd.DataFrame(
@@ -100,12 +100,24 @@ def _designs() -> tuple[pd.DataFrame, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def generation_frames(tiny_generator: TransformersGenerator) -> dict[str, pd.DataFrame]:
     designs, scores = _designs()
-    return {"episodes": _episodes(tiny_generator), "designs": designs, "env_scores": scores}
+    verdict = {"attempt": 0, "message": None, "checks": {}, "seconds": 0.0}
+    validations = pd.DataFrame(
+        [
+            {"design_id": "des1", "env_id": SEEDS["optimization"].env_id, "ok": True, "error_type": None, **verdict},
+            {"design_id": "des2", "env_id": None, "ok": False, "error_type": "syntax_error", **verdict},
+        ]
+    )
+    frames = {"episodes": _episodes(tiny_generator), "designs": designs, "env_scores": scores}
+    return frames | {"validations": validations}
+
+
+# The pipeline stage that writes each table: the trainer reads only those stages' files.
+STAGE_OF = {"episodes": "rollout", "designs": "design", "validations": "validate", "env_scores": "score"}
 
 
 def _store_generation(store: Store, frames: dict[str, pd.DataFrame], gen: int = 1) -> None:
     for table, frame in frames.items():
-        store.write_table(table, frame, run_id=RUN, gen=gen, stage="test")
+        store.write_table(table, frame, run_id=RUN, gen=gen, stage=STAGE_OF[table])
 
 
 def _params(path: str) -> dict[str, torch.Tensor]:

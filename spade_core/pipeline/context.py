@@ -1,0 +1,83 @@
+"""What one execution of a stage sees: the run, the generation, its shard, its inputs, and the store.
+
+Reads name the stages (and columns) they want, so files that other commands or stages wrote into the same
+partition (``spade demo``'s ``seed_check``, ``spade rollout --run-id``'s ``rollout-cli``) never leak into a
+generation. The few records every later stage needs (the pool, the previous memory snapshot) are read at
+most once per execution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from spade_core.config import SpadeConfig
+from spade_core.schemas import SCHEMAS
+from spade_core.store import Store, WrittenFile
+
+if TYPE_CHECKING:
+    from spade_core.memory import Memory
+    from spade_core.pipeline.markers import StageRecord
+
+
+@dataclass
+class GenerationContext:
+    """The run, generation and (for a sharded stage) shard of one stage execution."""
+
+    cfg: SpadeConfig
+    store: Store
+    run_id: str
+    gen: int
+    shard: int | None = None
+    upstream: dict[str, StageRecord] = field(default_factory=dict)  # input records by stage name
+    echo: Callable[[str], None] | None = None  # where a stage's subprocess output goes (a logger)
+    written: list[WrittenFile] = field(default_factory=list)  # every file written by this execution
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def seed(self) -> int:
+        """The generation's seed: documents, skills and rollout seeds derive from it."""
+        return self.cfg.seed * 100_003 + self.gen
+
+    @property
+    def shard_size(self) -> int:
+        return self.cfg.orchestration.shard_size
+
+    def execution(self, shard: int | None = None, upstream: dict[str, StageRecord] | None = None) -> GenerationContext:
+        """A fresh context for one execution: its ``written`` list is exactly that execution's files."""
+        return GenerationContext(self.cfg, self.store, self.run_id, self.gen, shard, dict(upstream or {}), self.echo)
+
+    def write(self, table: str, frame: pd.DataFrame, stage: str, shard: int | str = 0) -> pd.DataFrame:
+        """Write ``frame`` as this generation's (stage, shard) file of ``table`` (empty: schema only)."""
+        self.written.append(
+            self.store.write_table(table, frame, run_id=self.run_id, gen=self.gen, stage=stage, shard=shard)
+        )
+        return frame
+
+    def read(self, table: str, stages: Sequence[str], columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """This generation's rows of ``table`` written by ``stages`` (all their shards), optionally some columns."""
+        return self.store.read_table(table, self.run_id, self.gen, stages=stages, columns=columns)
+
+    def read_shard(self, table: str, stage: str, shard: int) -> pd.DataFrame:
+        """Exactly one (stage, shard) file of this generation's ``table``."""
+        path = self.store.table_path(table, self.run_id, self.gen, stage, shard)
+        with self.store.fs.open(path, "rb") as fh:
+            return pq.read_table(fh, schema=SCHEMAS[table]).to_pandas(maps_as_pydicts="strict")
+
+    def pool(self) -> pd.DataFrame:
+        """The environments this generation plays, as the pool stage wrote them (read once)."""
+        if "pool" not in self._memo:
+            self._memo["pool"] = self.read("pool", ["pool"]).drop(columns=["run_id", "gen"])
+        return self._memo["pool"]
+
+    def previous_memory(self) -> Memory:
+        """The memory snapshot of generation ``gen - 1`` (the seeded memory before the first), read once."""
+        if "memory" not in self._memo:
+            from spade_core.memory import Memory
+
+            self._memo["memory"] = Memory.load(self.store, self.run_id, self.gen - 1, self.cfg.memory)
+        return self._memo["memory"]

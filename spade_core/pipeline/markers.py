@@ -1,0 +1,119 @@
+"""Stage markers: the single authority on what is complete (docs/DESIGN.md §10).
+
+Every stage (or shard of a stage) that finishes writes a small JSON marker LAST, after its tables:
+
+    {root}/runs/{run_id}/gen={g}/stages/{stage}-{shard}.json     one shard of a sharded stage
+    {root}/runs/{run_id}/gen={g}/stages/{stage}.json             the whole stage
+
+A marker records what the stage wrote (files, row counts, a content digest), the digests of the input
+markers it depended on, the run's artifact hash, its wall time and its model calls. A stage is reused
+(not run again, no model loaded) when its marker exists with the same input digests and artifact hash;
+anything else runs the stage again, which overwrites its own deterministic files.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from spade_core.config import SpadeConfig
+from spade_core.hashing import short_hash
+from spade_core.store import Store
+
+# Settings that change how a run executes, not what it writes: free to change between generations.
+EXECUTION_ONLY = ("task_runner", "dask_address", "retries", "retry_delay_s")
+
+
+class StageRecord(BaseModel):
+    """What one execution of a stage (or shard) wrote; the marker's content and the Prefect task result."""
+
+    stage: str
+    shard: int | None = None  # None: the whole stage
+    run_id: str
+    gen: int
+    artifact_hash: str
+    digest: str
+    inputs: dict[str, str] = Field(default_factory=dict)
+    files: dict[str, list[str]] = Field(default_factory=dict)
+    rows: dict[str, int] = Field(default_factory=dict)
+    seconds: float = 0.0
+    model_calls: int = 0
+    model_requests: int = 0
+    info: dict[str, Any] = Field(default_factory=dict)
+    finished_at: str = ""
+    # How this execution got the record: ran the stage, or reused the store's complete artifact.
+    status: Literal["ran", "reused"] = "ran"
+
+    @property
+    def name(self) -> str:
+        return self.stage if self.shard is None else f"{self.stage}-{self.shard}"
+
+
+def digests(*records: StageRecord) -> dict[str, str]:
+    """The input part of a marker: ``{gen{g}/stage[-shard]: digest}`` of the input records."""
+    return {f"gen{r.gen}/{r.name}": r.digest for r in records}
+
+
+def combined_digest(parts: Any) -> str:
+    """A stable 16-hex digest of any JSON-able value (sorted keys).
+
+    >>> combined_digest({"b": 1, "a": [2]}) == combined_digest({"a": [2], "b": 1})
+    True
+    """
+    return short_hash(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str))
+
+
+def artifact_hash(cfg: SpadeConfig) -> str:
+    """Hash of the settings that decide what a run writes (no store location, no execution-only settings)."""
+    return combined_digest(bound_settings(cfg))
+
+
+def bound_settings(cfg: SpadeConfig) -> dict[str, Any]:
+    """The config as a dict without the store location and the execution-only settings."""
+    data = cfg.model_dump(mode="json")
+    data.pop("store", None)
+    for key in EXECUTION_ONLY:
+        data.get("orchestration", {}).pop(key, None)
+    return data
+
+
+def stages_dir(store: Store, run_id: str, gen: int) -> str:
+    return f"{store.run_dir(run_id)}/gen={gen}/stages"
+
+
+def marker_path(store: Store, run_id: str, gen: int, stage: str, shard: int | None = None) -> str:
+    name = stage if shard is None else f"{stage}-{shard}"
+    return f"{stages_dir(store, run_id, gen)}/{name}.json"
+
+
+def write_marker(store: Store, record: StageRecord) -> str:
+    """Write the record as its stage's completion marker (atomically; the stage's files come first)."""
+    path = marker_path(store, record.run_id, record.gen, record.stage, record.shard)
+    stored = record.model_copy(update={"status": "ran"})
+    store.write_text(path, stored.model_dump_json(indent=1))
+    return path
+
+
+def read_marker(store: Store, run_id: str, gen: int, stage: str, shard: int | None = None) -> StageRecord | None:
+    """The marker of one stage (or shard), or None when it has not finished."""
+    path = marker_path(store, run_id, gen, stage, shard)
+    try:
+        return StageRecord.model_validate_json(store.read_bytes(path))
+    except FileNotFoundError:
+        return None
+
+
+def list_markers(store: Store, run_id: str) -> dict[int, dict[str, StageRecord]]:
+    """Every marker of a run: ``{gen: {stage[-shard]: record}}``."""
+    out: dict[int, dict[str, StageRecord]] = {}
+    for path in store.fs.glob(f"{store.run_dir(run_id)}/gen=*/stages/*.json"):
+        record = StageRecord.model_validate_json(store.fs.cat_file(path))
+        out.setdefault(record.gen, {})[record.name] = record
+    return out
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,217 @@
+"""A stage declaration and the one way a stage executes: reuse its marker, or run it and mark it done.
+
+A :class:`Stage` says what the orchestration needs to know and nothing else: its name, the stages whose
+records it takes as inputs (of this generation, and of generation ``gen - 1``), whether it calls the model
+(it then gets a *lease* for the generator), whether it is retried, whether it shards, and when it applies.
+The Prefect flow, ``spade status`` and the local runner all iterate :data:`spade_core.pipeline.registry.STAGES`.
+
+:func:`execute` is the resume rule (docs/DESIGN.md §10): the stage's marker, when it exists with the same
+input digests and artifact hash, is returned with ``status="reused"`` and no model is loaded; otherwise the
+body runs (overwriting its own deterministic files) and the marker is written LAST.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
+from typing import Any, cast
+
+from spade_core.config import SpadeConfig
+from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
+from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.markers import (
+    StageRecord,
+    artifact_hash,
+    combined_digest,
+    digests,
+    now,
+    read_marker,
+    write_marker,
+)
+from spade_core.store import WrittenFile
+
+GeneratorLease = Callable[[], AbstractContextManager[Generator]]
+Body = Callable[[GenerationContext, Generator], dict[str, Any] | None]
+
+
+def always(cfg: SpadeConfig, gen: int) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a generation, as the orchestration sees it.
+
+    Attributes:
+        name: the stage's name: its marker, its files (``{name}-{shard}.parquet``) and its Prefect task.
+        body: ``body(ctx, model) -> info``; a sharded stage's body runs once per shard (``ctx.shard``).
+        inputs: earlier stages of the same generation whose records this one depends on (those that do
+            not apply to the generation are skipped).
+        previous: stages of generation ``gen - 1`` it depends on (their markers are part of its key).
+        uses_model: the body calls the model through a lease (loaded on first use only).
+        retried: retried with backoff on failure (model calls and real I/O); pure stages fail at once.
+        shard_by: the input stage whose record's ``info["shards"]`` gives this stage's shard count
+            (None: not sharded).
+        exclusive: needs the machine to itself (the trainer): held models are released before it runs.
+        applies: whether the stage runs in generation ``gen`` of a run with this config.
+    """
+
+    name: str
+    body: Body
+    inputs: tuple[str, ...] = ()
+    previous: tuple[str, ...] = ()
+    uses_model: bool = False
+    retried: bool = False
+    shard_by: str | None = None
+    exclusive: bool = False
+    applies: Callable[[SpadeConfig, int], bool] = always
+
+
+class LazyGenerator:
+    """A :class:`Generator` that takes the real one from its lease on first use and counts calls."""
+
+    def __init__(self, lease: GeneratorLease | None, stack: ExitStack) -> None:
+        self._lease, self._stack = lease, stack
+        self._inner: Generator | None = None
+        self.calls = 0
+        self.requests = 0
+
+    @property
+    def inner(self) -> Generator:
+        if self._inner is None:
+            if self._lease is None:
+                raise RuntimeError("this stage has no model lease but tried to call the model")
+            self._inner = self._stack.enter_context(self._lease())
+        return self._inner
+
+    @property
+    def model_ref(self) -> str:
+        return self.inner.model_ref
+
+    @property
+    def supports_token_prompts(self) -> bool:
+        return self.inner.supports_token_prompts
+
+    def __getattr__(self, name: str) -> Any:  # tokenizer etc. of the real generator
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        self.calls += 1
+        self.requests += len(requests)
+        return self.inner.generate(requests, params)
+
+    def close(self) -> None:  # the lease owns the real generator
+        pass
+
+
+@contextlib.contextmanager
+def fixed_lease(generator: Generator) -> Iterator[Generator]:
+    """A lease that hands out one already-loaded generator (tests, scripts)."""
+    yield generator
+
+
+def execute(
+    stage: Stage,
+    ctx: GenerationContext,
+    upstream: dict[str, StageRecord],
+    lease: GeneratorLease | None = None,
+    shard: int | None = None,
+) -> StageRecord:
+    """Reuse the stage's (or shard's) complete artifact, or run its body and write the marker."""
+    return _resumable(ctx, stage.name, shard, upstream, stage.body, lease)
+
+
+def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> StageRecord:
+    """The whole-stage marker of a sharded stage, once every shard is done (its inputs are the shards)."""
+    upstream = {r.name: r for r in shards}
+    info = {"shards": len(shards), "rows": _sum_rows(shards)}
+    return _resumable(ctx, stage.name, None, upstream, lambda run, model: info, None)
+
+
+def _resumable(
+    ctx: GenerationContext,
+    name: str,
+    shard: int | None,
+    upstream: dict[str, StageRecord],
+    body: Body,
+    lease: GeneratorLease | None,
+) -> StageRecord:
+    inputs = digests(*upstream.values())
+    bound = artifact_hash(ctx.cfg)
+    found = read_marker(ctx.store, ctx.run_id, ctx.gen, name, shard)
+    if found is not None and found.inputs == inputs and found.artifact_hash == bound:
+        return found.model_copy(update={"status": "reused"})
+    started = time.perf_counter()
+    run = ctx.execution(shard, upstream)
+    with ExitStack() as stack:
+        model = LazyGenerator(lease, stack)
+        info = body(run, cast(Generator, model)) or {}
+    latest = {w.path: w for w in run.written}  # a file rewritten in one execution counts once
+    files: dict[str, list[str]] = {}
+    for w in latest.values():
+        files.setdefault(w.table, []).append(w.path)
+    record = StageRecord(
+        stage=name,
+        shard=shard,
+        run_id=ctx.run_id,
+        gen=ctx.gen,
+        artifact_hash=bound,
+        digest=combined_digest(
+            {"files": sorted((p, w.digest) for p, w in latest.items()), "info": info, "inputs": inputs}
+        ),
+        inputs=inputs,
+        files=files,
+        rows=_rows(latest.values()),
+        seconds=round(time.perf_counter() - started, 3),
+        model_calls=model.calls,
+        model_requests=model.requests,
+        info=info,
+        finished_at=now(),
+    )
+    write_marker(ctx.store, record)
+    return record
+
+
+def _rows(written: Any) -> dict[str, int]:
+    rows: dict[str, int] = {}
+    for w in cast("list[WrittenFile]", list(written)):
+        rows[w.table] = rows.get(w.table, 0) + w.rows
+    return rows
+
+
+def _sum_rows(shards: list[StageRecord]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for record in shards:
+        for table, n in record.rows.items():
+            total[table] = total.get(table, 0) + n
+    return total
+
+
+def shard_count(stage: Stage, upstream: dict[str, StageRecord]) -> int:
+    """How many shards a sharded stage runs: ``info["shards"]`` of its ``shard_by`` input (at least 1)."""
+    if stage.shard_by is None:
+        raise ValueError(f"stage {stage.name!r} is not sharded")
+    return max(1, int(upstream[stage.shard_by].info.get("shards", 1)))
+
+
+def upstream_for(
+    stage: Stage, records: dict[str, StageRecord], previous: dict[str, StageRecord]
+) -> dict[str, StageRecord]:
+    """The input records of ``stage``: its ``inputs`` among this generation's finished stages, then its
+    ``previous`` among generation ``gen - 1``'s markers (keyed ``prev:{stage}``)."""
+    found = {name: records[name] for name in stage.inputs if name in records}
+    found.update({f"prev:{name}": previous[name] for name in stage.previous if name in previous})
+    return found
+
+
+def previous_records(ctx: GenerationContext, names: set[str]) -> dict[str, StageRecord]:
+    """The markers of generation ``gen - 1`` named ``names`` that exist (none before the first generation)."""
+    if ctx.gen <= 1:
+        return {}
+    found = {name: read_marker(ctx.store, ctx.run_id, ctx.gen - 1, name) for name in sorted(names)}
+    return {name: record for name, record in found.items() if record is not None}

@@ -1,0 +1,29 @@
+"""Evaluate (docs/DESIGN.md §9; every ``evaluation.every`` generations): checkpoint ``gen`` on the held-out
+suites. A generation that wrote no checkpoint records the stage as a no-op with its reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spade_core.config import SpadeConfig
+from spade_core.llm.base import Generator
+from spade_core.pipeline.context import GenerationContext
+
+NAME = "evaluate"
+
+
+def due(cfg: SpadeConfig, gen: int) -> bool:
+    """Whether generation ``gen`` ends with an evaluation (``evaluation.every``; 0 = never)."""
+    every = cfg.evaluation.every
+    return every > 0 and gen % every == 0
+
+
+def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
+    from spade_core.checkpoints import checkpoint_complete
+    from spade_core.eval import evaluate_checkpoint
+
+    if not checkpoint_complete(ctx.store, ctx.run_id, ctx.gen):
+        return {"skipped_reason": f"generation {ctx.gen} wrote no checkpoint (training.enabled is false)"}
+    frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen)
+    means = frame.groupby("suite")["score"].mean().round(4).to_dict() if not frame.empty else {}
+    return {"items": len(frame), "score_mean": means}

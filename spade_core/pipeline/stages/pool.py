@@ -1,0 +1,86 @@
+"""Pool: the environments a generation plays, written once as the ``pool`` table.
+
+New valid designs (one row per env_id), plus ``rollout.replay_envs`` environments replayed from the memory
+of ``gen - 1`` (PLR-style, beyond the paper) — or, for the fixed-environment baseline
+(``designer.fixed_pool``), the seed library or the valid environments of a stored run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from spade_core.catalog import query
+from spade_core.envs.seeds import load_seed_envs
+from spade_core.llm.base import Generator
+from spade_core.memory import Memory
+from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.verdicts import final_designs
+from spade_core.shards import shard_count
+
+NAME = "pool"
+COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]
+
+
+def designed_pool(designs: pd.DataFrame, memory: Memory, replay_envs: int) -> pd.DataFrame:
+    """Valid designs (``final_designs`` rows; first design of each env_id) then the memory's replays."""
+    valid = designs[designs["ok"]].assign(source="design")
+    frame = valid[COLUMNS].drop_duplicates("env_id")
+    replay = memory.replay(replay_envs, exclude=set(frame["env_id"]))
+    extra = pd.DataFrame(
+        [
+            {
+                "env_id": e.env_id,
+                "design_id": None,
+                "skill": e.skill,
+                "kind": e.kind,
+                "code": e.code,
+                "source": "replay",
+            }
+            for e in replay
+        ],
+        columns=COLUMNS,
+    )
+    return pd.concat([frame, extra], ignore_index=True) if not extra.empty else frame.reset_index(drop=True)
+
+
+def fixed_pool(ctx: GenerationContext) -> pd.DataFrame:
+    """The fixed-environment baseline's pool: the seed library, or the valid environments of a stored run."""
+    source = ctx.cfg.designer.fixed_pool or "seeds"
+    if source == "seeds":
+        rows = [
+            {"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code, "source": "fixed"}
+            for e in load_seed_envs()
+        ]
+        return pd.DataFrame(rows, columns=COLUMNS)
+    run = source.removeprefix("run:")
+    frame = query(
+        ctx.store,
+        "select distinct p.env_id, cast(null as varchar) as design_id, p.skill, p.kind, p.code, 'fixed' as source "
+        "from pool p where p.run_id = ? and p.source = 'design' order by p.env_id",
+        [run],
+    )
+    if frame.empty:
+        raise ValueError(f"designer.fixed_pool {source!r}: run {run!r} has no valid environments in the store")
+    return frame.drop_duplicates("env_id").reset_index(drop=True)
+
+
+def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
+    if ctx.cfg.designer.fixed_pool:
+        envs = fixed_pool(ctx)
+    else:
+        designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
+        envs = designed_pool(designs, ctx.previous_memory(), ctx.cfg.rollout.replay_envs)
+    ctx.write("pool", envs, NAME)
+    diversity = None
+    if ctx.cfg.memory.report_diversity and not envs.empty:
+        from spade_core.novelty import default_embedder, pool_diversity
+
+        diversity = pool_diversity(list(envs["code"]), default_embedder())
+    return {
+        "env_ids": list(envs["env_id"]),
+        "replayed": int((envs["source"] == "replay").sum()),
+        "shards": shard_count(len(envs), ctx.shard_size),
+        "diversity": diversity,
+    }

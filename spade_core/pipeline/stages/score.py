@@ -1,0 +1,48 @@
+"""Score (docs/DESIGN.md §7 step 7): win rate, regret and designer reward of every environment and design.
+
+Every design whose reply held code gets its environment's row (an invalid one the invalid reward); designs
+without code have no environment and are rewarded by the trainer directly. Replayed and fixed-pool
+environments get a row without a design.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from spade_core.llm.base import Generator
+from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.verdicts import final_designs
+from spade_core.scoring import score_environments
+
+NAME = "score"
+EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type"]
+
+
+def scored_envs(designs: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:
+    """The rows to score: each design with code (``valid`` = its verdict), then the pool's other envs."""
+    coded = designs[designs["env_id"].notna()]
+    new = pd.DataFrame(
+        {
+            "env_id": coded["env_id"],
+            "design_id": coded["design_id"],
+            "skill": coded["skill"],
+            "valid": coded["ok"].astype(bool),
+        }
+    )
+    others = pool[pool["source"] != "design"]
+    replay = pd.DataFrame({"env_id": others["env_id"], "design_id": None, "skill": others["skill"], "valid": True})
+    # Two designs with identical code share one env_id and each keep their row (and reward).
+    return pd.concat([new, replay], ignore_index=True)
+
+
+def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
+    if ctx.cfg.designer.fixed_pool:
+        designs = pd.DataFrame(columns=["design_id", "skill", "env_id", "ok"])
+    else:
+        designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
+    episodes = ctx.read("episodes", ["rollout"], EPISODE_COLUMNS)[EPISODE_COLUMNS]
+    scores = score_environments(episodes, scored_envs(designs, ctx.pool()), ctx.cfg.scoring)
+    ctx.write("env_scores", scores, NAME)
+    return {"rows": len(scores)}

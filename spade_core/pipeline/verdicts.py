@@ -1,0 +1,69 @@
+"""The final word on each design of a generation, from the rows of the stages that judged it.
+
+A design's reply may have been repaired (``attempt`` > 0, written by the validate stage) and a valid one
+may have been found too close to a known environment (the novelty stage's own table). Every reader that
+needs "which designs are valid, with which code" — the pool, the scores, the trainer, the summary — asks
+here, so the rule is written once: the highest attempt of a design is its design, that attempt's
+validation is its verdict, and a ``novel = false`` row turns a valid verdict into ``not_novel``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from spade_core.store import Store
+
+DESIGN_STAGES = ("design", "repair")
+VERDICT_COLUMNS = ["design_id", "attempt", "ok", "error_type", "message"]
+
+
+def final_verdicts(store: Store, run_id: str, gen: int, *, novelty: bool = True) -> pd.DataFrame:
+    """One row per design_id with the :data:`VERDICT_COLUMNS` of its latest attempt, sorted by design_id.
+    ``novelty=False`` leaves the novelty verdicts out (what the novelty stage itself judges)."""
+    validations = store.read_table("validations", run_id, gen, stages=["validate"], columns=VERDICT_COLUMNS)
+    rejected = None
+    if novelty:
+        columns = ["design_id", "attempt", "novel", "similarity", "threshold"]
+        rejected = store.read_table("novelty", run_id, gen, stages=["novelty"], columns=columns)[columns]
+    return resolve(validations[VERDICT_COLUMNS], rejected)
+
+
+def final_designs(store: Store, run_id: str, gen: int, *, novelty: bool = True) -> pd.DataFrame:
+    """One row per design_id: its latest attempt's ``designs`` columns plus ``ok``, ``error_type`` and
+    ``message`` of :func:`final_verdicts`, sorted by design_id."""
+    designs = store.read_table("designs", run_id, gen, stages=DESIGN_STAGES).drop(columns=["run_id", "gen"])
+    verdicts = final_verdicts(store, run_id, gen, novelty=novelty)
+    if designs.empty:
+        return designs.assign(ok=pd.Series(dtype=bool), error_type=None, message=None)
+    frame = designs.merge(verdicts, on=["design_id", "attempt"], how="inner")
+    return frame.sort_values("design_id").reset_index(drop=True)
+
+
+def resolve(validations: pd.DataFrame, novelty: pd.DataFrame | None) -> pd.DataFrame:
+    """The rule of the module doc over plain frames.
+
+    >>> v = pd.DataFrame({"design_id": ["a", "a", "b"], "attempt": [0, 1, 0], "ok": [False, True, True],
+    ...                   "error_type": ["timeout", None, None], "message": ["slow", None, None]})
+    >>> n = pd.DataFrame({"design_id": ["b"], "attempt": [0], "novel": [False], "similarity": [0.99],
+    ...                   "threshold": [0.9]})
+    >>> final = resolve(v, n)
+    >>> final[["design_id", "attempt", "ok"]].to_dict("records")
+    [{'design_id': 'a', 'attempt': 1, 'ok': True}, {'design_id': 'b', 'attempt': 0, 'ok': False}]
+    >>> final["error_type"].iloc[1]
+    'not_novel'
+    """
+    latest = validations.sort_values(["design_id", "attempt"]).drop_duplicates("design_id", keep="last")
+    frame = latest.reset_index(drop=True).astype({"attempt": int, "ok": bool})
+    if novelty is None or novelty.empty:
+        return frame
+    rejected = novelty[~novelty["novel"].astype(bool)]
+    reasons = {
+        (r.design_id, int(r.attempt)): f"cosine similarity {r.similarity:.3f} to a known environment > {r.threshold}"
+        for r in rejected.itertuples()
+    }
+    keys = list(zip(frame["design_id"], frame["attempt"], strict=True))
+    hit = [key in reasons for key in keys]
+    frame["ok"] = frame["ok"] & ~pd.Series(hit, index=frame.index)
+    frame["error_type"] = ["not_novel" if h else e for h, e in zip(hit, frame["error_type"], strict=True)]
+    frame["message"] = [reasons[k] if h else m for k, h, m in zip(keys, hit, frame["message"], strict=True)]
+    return frame
