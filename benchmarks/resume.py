@@ -1,4 +1,4 @@
-"""Resume benchmark (DESIGN.md §11): run one generation, then run the same generation again.
+"""Resume benchmark (docs/DESIGN.md §11): run one generation, then run the same generation again.
 
 The second run finds every stage in Prefect's result cache (and behind it, in the store), so it makes
 no model call and costs only orchestration. Target: second / first <= 0.10 with 0 model calls.

@@ -1,5 +1,5 @@
 """Sandbox benchmark: jail start + env load, step round trip, validations per second, and the same
-step loop run in-process as the unjailed reference. Targets (DESIGN.md §11): step p50 <= 2 ms,
+step loop run in-process as the unjailed reference. Targets (docs/DESIGN.md §11): step p50 <= 2 ms,
 start + load p50 <= 100 ms.
 
     .venv/bin/python benchmarks/sandbox.py [--starts 40] [--steps 2000] [--validations 24]

@@ -1,4 +1,4 @@
-"""The task runner of a run, from ``orchestration.task_runner`` (DESIGN.md §10).
+"""The task runner of a run, from ``orchestration.task_runner`` (docs/DESIGN.md §10).
 
 - ``threads`` (default): Prefect's thread pool in the flow's process.
 - ``processes``: Prefect's process pool (each worker process loads its own model once).

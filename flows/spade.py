@@ -1,4 +1,4 @@
-"""The SPADE flows (DESIGN.md §10): ``spade`` (one generation; deployment ``iteration``), ``spade-run``
+"""The SPADE flows (docs/DESIGN.md §10): ``spade`` (one generation; deployment ``iteration``), ``spade-run``
 (generations 1..N; deployment ``run``) and ``spade-eval`` (checkpoints; deployment ``eval``).
 
 Parameters are plain values so that ``prefect deployment run spade/iteration -p run_id=R`` works:

@@ -1,4 +1,4 @@
-"""The agent's prompts per environment kind (DESIGN.md §7 step 6)."""
+"""The agent's prompts per environment kind (docs/DESIGN.md §7 step 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DuckDB catalog over the store: one view per table, local or S3 (DESIGN.md §4).
+"""DuckDB catalog over the store: one view per table, local or S3 (docs/DESIGN.md §4).
 
 DuckDB's httpfs extension cannot be installed offline, so S3 is read through the store's s3fs filesystem
 registered with ``con.register_filesystem``. Partition columns come from the hive path: ``run_id``

@@ -1,4 +1,4 @@
-"""Checkpoints in the store and the model each generation plays with (DESIGN.md §4, §7 step 9).
+"""Checkpoints in the store and the model each generation plays with (docs/DESIGN.md §4, §7 step 9).
 
 Generation ``g`` trains from checkpoint ``g - 1`` and writes checkpoint ``g`` under
 ``{root}/checkpoints/run={run_id}/gen={g}/``; checkpoint 0 is the base model (``model.name_or_path``).

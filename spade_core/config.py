@@ -1,11 +1,13 @@
 """SPADE configuration: one pydantic model tree, loaded from YAML presets with dotted overrides.
 
 Every field has a docstring-like ``description``; unknown keys and bad values fail at load time with one
-line naming the key, the bad value and what is allowed (DESIGN.md §3). The resolved config is hashed
-(``config_hash``) and the hash is part of every cache key.
+line naming the key, the bad value and what is allowed (docs/DESIGN.md §3). The resolved config is hashed
+(``config_hash``); the *artifact hash* (the config without the store location and the execution-only
+settings, ``spade_core.pipeline.markers.artifact_hash``) binds a run id and is part of every stage marker.
 
-Paper defaults (arXiv 2608.19197, DESIGN.md §7) are the field defaults; the ``tiny`` preset shrinks them
-for the embedded CPU model.
+Field defaults follow the paper (arXiv 2608.19197, docs/DESIGN.md §7) where the project implements that
+part of the method; docs/DESIGN.md §3 lists those that still differ. The ``tiny`` preset shrinks them for
+the embedded CPU model.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pretraining-corpus documents for the designer: reproducible sampling with DuckDB (DESIGN.md §7 step 2).
+"""Pretraining-corpus documents for the designer: reproducible sampling with DuckDB (docs/DESIGN.md §7 step 2).
 
 A corpus is Parquet (a file or a glob) or JSON Lines (``.jsonl``, ``.ndjson``, ``.json``) with a ``text``
 column and an optional ``title`` column, on a local path or ``s3://bucket/key``. S3 is read through an s3fs

@@ -1,4 +1,4 @@
-"""The designer (DESIGN.md §7 steps 1–4): skills, the design prompt, code extraction, repair rounds.
+"""The designer (docs/DESIGN.md §7 steps 1–4): skills, the design prompt, code extraction, repair rounds.
 
 One document prompt yields ``designer.group_size`` designs (G), which form one GRPO group for the
 designer. The prompt quotes the environment contract from its single source
@@ -46,7 +46,7 @@ class MemoryExample(Protocol):
 
 
 def skills_for_generation(gen: int, cfg: DesignerConfig) -> list[str]:
-    """Round-robin subset of ``skills_per_generation`` skills per kind (DESIGN.md §7 step 1).
+    """Round-robin subset of ``skills_per_generation`` skills per kind (docs/DESIGN.md §7 step 1).
 
     >>> from spade_core.config import DesignerConfig
     >>> skills_for_generation(1, DesignerConfig(kind="game", skills_per_generation=3))
@@ -76,7 +76,7 @@ def design_messages(
     positives: Sequence[MemoryExample] = (),
     negatives: Sequence[MemoryExample] = (),
 ) -> list[dict[str, str]]:
-    """The chat prompt of one design (DESIGN.md §7 step 3)."""
+    """The chat prompt of one design (docs/DESIGN.md §7 step 3)."""
     kind = skill_kind(skill)
     parts = []
     if document:

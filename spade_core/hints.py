@@ -1,4 +1,4 @@
-"""Hints (DESIGN.md §7 step 5): the same model reads an environment's source and writes a short hint.
+"""Hints (docs/DESIGN.md §7 step 5): the same model reads an environment's source and writes a short hint.
 
 Rules given to the model: at most ``rollout.hint_max_words`` words [100]; the key insight and the answer
 format, never the answer itself; for tool use a value-free procedural plan (which tools, in which order).

@@ -1,6 +1,6 @@
-"""The environment memory (DESIGN.md §7 steps 3 and 8): a FIFO of scored environments for the designer prompt.
+"""The environment memory (docs/DESIGN.md §7 steps 3 and 8): a FIFO of scored environments for the designer prompt.
 
-Rules (SPADE, arXiv 2608.19197, as summarised in DESIGN.md §7; constants from
+Rules (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7; constants from
 :class:`~spade_core.config.MemoryConfig`, paper defaults in brackets):
 
 - **Add** (step 8): every scored environment (env_id, skill, kind, code, win rate, regret, gen). Adding an
@@ -153,7 +153,7 @@ class Memory:
     def replay(self, k: int, exclude: Iterable[str] = ()) -> list[MemoryEntry]:
         """Up to ``k`` in-band entries of any skill, highest regret first (ties: newest first), for rollouts.
 
-        DESIGN.md §7 step 6 (PLR-style replay, beyond the paper): with only seed environments in memory these
+        docs/DESIGN.md §7 step 6 (PLR-style replay, beyond the paper): with only seed environments in memory these
         are the seeds. Deterministic; ``exclude`` drops env_ids already in the pool. Independent of
         ``enabled``, which governs the designer prompt only (``rollout.replay_envs = 0`` turns replay off).
         """

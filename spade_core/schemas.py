@@ -1,4 +1,4 @@
-"""One pyarrow schema per store table (DESIGN.md §4).
+"""One pyarrow schema per store table (docs/DESIGN.md §4).
 
 ``run_id`` and ``gen`` are not columns of the files: they are the hive partitions of the path
 (``run={run_id}/gen={g}``) and come back as columns when a table is read. A schema change is explicit:

@@ -1,6 +1,6 @@
-"""Scoring (DESIGN.md §7 step 7): win rate, regret and the designer reward of every environment.
+"""Scoring (docs/DESIGN.md §7 step 7): win rate, regret and the designer reward of every environment.
 
-Formulas (SPADE, arXiv 2608.19197, as summarised in DESIGN.md §7 step 7; constants from
+Formulas (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7 step 7; constants from
 :class:`~spade_core.config.ScoringConfig`, paper defaults in brackets)::
 
     win_rate  = mean(return | no hint)                                   the agent's no-hint success
@@ -18,7 +18,7 @@ Formulas (SPADE, arXiv 2608.19197, as summarised in DESIGN.md §7 step 7; consta
 its rollouts; tasks that are never or always solved give no signal, harder solvable tasks give more. It is
 not the SFL / "No Regrets" learnability ``p * (1 - p)`` (Rutherford et al. 2024).
 
-Episode returns come from the rollout engine (DESIGN.md §5: the last reward if the episode terminated,
+Episode returns come from the rollout engine (docs/DESIGN.md §5: the last reward if the episode terminated,
 else 0). Choices where the summary is silent:
 
 - An episode with an ``error_type`` counts as return 0 even if the frame says otherwise (the engine
@@ -47,7 +47,7 @@ class ScoringError(ValueError):
 
 
 def win_rate(no_hint_returns: Sequence[float]) -> float:
-    """Mean no-hint return (DESIGN.md §7 step 7).
+    """Mean no-hint return (docs/DESIGN.md §7 step 7).
 
     >>> win_rate([1.0, 0.0, 1.0, 0.0])
     0.5
@@ -58,7 +58,7 @@ def win_rate(no_hint_returns: Sequence[float]) -> float:
 
 
 def regret(hint_returns: Sequence[float], no_hint_returns: Sequence[float]) -> float:
-    """mean(return | hint) - mean(return | no hint) (DESIGN.md §1); 0 when there are no hinted plays.
+    """mean(return | hint) - mean(return | no hint) (docs/DESIGN.md §1); 0 when there are no hinted plays.
 
     >>> regret([1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0])
     0.5
@@ -73,7 +73,7 @@ def regret(hint_returns: Sequence[float], no_hint_returns: Sequence[float]) -> f
 
 
 def plateau(p: float, low: float = 0.4, high: float = 0.6, falloff: float = 0.25) -> float:
-    """1 inside [low, high], falling linearly to 0 over ``falloff`` outside (DESIGN.md §7 step 7).
+    """1 inside [low, high], falling linearly to 0 over ``falloff`` outside (docs/DESIGN.md §7 step 7).
 
     >>> plateau(0.5), plateau(0.6), plateau(0.85), plateau(1.0)
     (1.0, 1.0, 0.0, 0.0)
@@ -91,7 +91,7 @@ def _plateau(p: float, cfg: ScoringConfig) -> float:
 
 
 def blend_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> float:
-    """w * clip(regret / scale, 0, 1) + (1 - w) * plateau(win_rate) (DESIGN.md §7 step 7, default).
+    """w * clip(regret / scale, 0, 1) + (1 - w) * plateau(win_rate) (docs/DESIGN.md §7 step 7, default).
 
     >>> round(blend_reward(0.5, 0.075, ScoringConfig()), 6)
     0.8
@@ -101,7 +101,7 @@ def blend_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> float:
 
 
 def regret_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> float:
-    """Pure regret variant: max(0, regret) (DESIGN.md §7 step 7).
+    """Pure regret variant: max(0, regret) (docs/DESIGN.md §7 step 7).
 
     >>> regret_reward(0.5, -0.25, ScoringConfig()), regret_reward(0.5, 0.25, ScoringConfig())
     (0.0, 0.25)
@@ -110,7 +110,7 @@ def regret_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> float:
 
 
 def solve_rate_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> float:
-    """Solve-rate variant: plateau(win_rate) only (DESIGN.md §7 step 7).
+    """Solve-rate variant: plateau(win_rate) only (docs/DESIGN.md §7 step 7).
 
     >>> solve_rate_reward(0.45, 0.3, ScoringConfig())
     1.0
@@ -165,7 +165,7 @@ def _returns_by_env(episodes: pd.DataFrame) -> dict[tuple[str, str], list[float]
 
 
 def score_environments(episodes: pd.DataFrame, envs: pd.DataFrame, cfg: ScoringConfig) -> pd.DataFrame:
-    """One env_scores row per row of ``envs`` (DESIGN.md §7 step 7), in the order of ``envs``.
+    """One env_scores row per row of ``envs`` (docs/DESIGN.md §7 step 7), in the order of ``envs``.
 
     Args:
         episodes: one row per episode: ``env_id``, ``condition`` ("no_hint" | "hint"), ``episode_return``,

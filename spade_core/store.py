@@ -1,4 +1,4 @@
-"""The artifact store: Parquet tables in a hive layout on a local dir or S3 (DESIGN.md §4).
+"""The artifact store: Parquet tables in a hive layout on a local dir or S3 (docs/DESIGN.md §4).
 
 Layout under the root::
 

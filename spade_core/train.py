@@ -1,4 +1,4 @@
-"""One GRPO update of both roles per generation, with TRL's ``GRPOTrainer`` (DESIGN.md §7 step 9).
+"""One GRPO update of both roles per generation, with TRL's ``GRPOTrainer`` (docs/DESIGN.md §7 step 9).
 
 Run as ``accelerate launch -m spade_core.train --run-id R --gen G --config FILE`` (the pipeline does this
 through :func:`spade_core.train_launch.launch_training`); every process builds the same batch from the

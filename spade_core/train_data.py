@@ -1,4 +1,4 @@
-"""The GRPO batch of one generation, built from the store (DESIGN.md §7 step 9).
+"""The GRPO batch of one generation, built from the store (docs/DESIGN.md §7 step 9).
 
 Two roles share one update:
 

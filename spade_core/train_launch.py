@@ -1,4 +1,4 @@
-"""Run the GRPO update of a generation as ``accelerate launch -m spade_core.train`` (DESIGN.md §10).
+"""Run the GRPO update of a generation as ``accelerate launch -m spade_core.train`` (docs/DESIGN.md §10).
 
 Training is a subprocess of the pipeline so one setting, ``training.accelerate_config`` (a file under
 ``data/accelerate/``), moves it from the CPU to one GPU to several GPUs (DDP, FSDP, DeepSpeed) without

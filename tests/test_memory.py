@@ -1,4 +1,4 @@
-"""The environment memory: FIFO, retrieval rules, seeding, persistence, the ablation (DESIGN.md §7 steps 3, 8)."""
+"""The environment memory: FIFO, retrieval rules, seeding, persistence, the ablation (docs/DESIGN.md §7 steps 3, 8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scoring formulas pinned against hand-computed values (DESIGN.md §7 step 7)."""
+"""Scoring formulas pinned against hand-computed values (docs/DESIGN.md §7 step 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The generated-environment contract (DESIGN.md §5): the single source that the README documents, the
+"""The generated-environment contract (docs/DESIGN.md §5): the single source that the README documents, the
 designer prompt quotes and the validator checks.
 """
 
@@ -99,5 +99,5 @@ def normalise_code(code: str) -> str:
 
 
 def env_id_for(code: str) -> str:
-    """``env_id`` = first 16 hex of sha256 of the normalised code (DESIGN.md §4)."""
+    """``env_id`` = first 16 hex of sha256 of the normalised code (docs/DESIGN.md §4)."""
     return short_hash(normalise_code(code))

@@ -1,4 +1,4 @@
-"""Held-out evaluation suites (DESIGN.md §9), all offline, from packages:
+"""Held-out evaluation suites (docs/DESIGN.md §9), all offline, from packages:
 
 - ``reasoning_gym``: math, logic and algorithmic problems (reasoning-gym), fixed held-out seed;
 - ``humaneval``: HumanEval completions run with their tests in the jail;

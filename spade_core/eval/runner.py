@@ -1,5 +1,5 @@
 """Run held-out suites against a model: batched greedy generation, multi-turn episodes where a suite has
-them, scoring, and rows of the ``evals`` table (DESIGN.md §9).
+them, scoring, and rows of the ``evals`` table (docs/DESIGN.md §9).
 
 A failed model call or a reply that cannot be scored becomes a row with score 0 (its ``response`` says
 ``[model_error] ...`` for the former); one bad item never stops the evaluation.

@@ -1,4 +1,4 @@
-"""Generation backends behind one protocol (DESIGN.md §8): transformers (default), openai, vllm."""
+"""Generation backends behind one protocol (docs/DESIGN.md §8): transformers (default), openai, vllm."""
 
 from __future__ import annotations
 

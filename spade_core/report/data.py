@@ -4,10 +4,12 @@ Everything is scoped to one run (and an optional baseline run for the eval compa
 connection serves every query. A table with no files yet is an empty view in the catalog, so each frame
 here is simply empty and the page says "no data yet" for that section.
 
-Definitions (DESIGN.md §7):
+Definitions (docs/DESIGN.md §7):
 
-- **designed**: rows of ``designs``; **with code**: designs whose reply held a ```python block;
-  **valid**: ``validations`` rows with ``ok``; **scored**: ``env_scores`` rows of valid designs.
+- **designed**: ``designs`` rows of the designer's replies (``attempt`` 0; repairs are further attempts);
+  **with code**: those whose reply held a ```python block; **valid**: designs whose final verdict is ok —
+  the validation of their highest attempt, unless the novelty stage marked it ``novel = false`` (the
+  same rule as ``spade_core/pipeline/verdicts.py``); **scored**: ``env_scores`` rows of valid designs.
   ``env_scores`` also holds rows for invalid designs (all zeros, the invalid reward) — they count for the
   designer reward but not for win-rate or regret distributions — and rows without a ``design_id`` for
   replayed / fixed-pool environments, which are valid by construction.
@@ -37,20 +39,29 @@ class ReportError(StoreError):
     """An unknown run or baseline, or a report that cannot be written; the message names the value."""
 
 
+# The final verdict of each design of one run: its highest attempt's validation, less novelty rejections.
+_VERDICTS = """
+select v.run_id, v.gen, v.design_id,
+       v.ok and not exists (select 1 from novelty n where n.run_id = v.run_id and n.gen = v.gen
+                            and n.design_id = v.design_id and n.attempt = v.attempt and not n.novel) as ok
+from validations v
+where v.run_id = $run and v.design_id is not null
+qualify row_number() over (partition by v.run_id, v.gen, v.design_id order by v.attempt desc) = 1
+"""
+
 # Valid scored environments of one run: rows of valid designs plus replayed / fixed-pool rows.
 _VALID_SCORES = """
 select s.gen, s.env_id, s.design_id, s.skill, s.win_rate, s.r_hint, s.r_no_hint, s.regret, s.designer_reward
 from env_scores s
 where s.run_id = $run and (
     s.design_id is null
-    or exists (select 1 from validations v
-               where v.run_id = s.run_id and v.gen = s.gen and v.design_id = s.design_id and v.ok))
-"""
+    or exists (select 1 from ({verdicts}) v where v.gen = s.gen and v.design_id = s.design_id and v.ok))
+""".replace("{verdicts}", _VERDICTS)
 
 _FUNNEL = """
-with d as (select gen, count(*) as designed, count(code) as with_code from designs where run_id = $run group by gen),
-v as (select gen, count(*) filter (where ok) as valid from validations
-      where run_id = $run and design_id is not null group by gen),
+with d as (select gen, count(*) as designed, count(code) as with_code from designs
+           where run_id = $run and attempt = 0 group by gen),
+v as (select gen, count(*) filter (where ok) as valid from ({verdicts}) group by gen),
 s as (select gen, count(*) filter (where design_id is not null) as scored,
              count(*) filter (where design_id is null) as replayed
       from ({valid}) group by gen),
@@ -59,17 +70,16 @@ select g.gen, coalesce(designed, 0) as designed, coalesce(with_code, 0) as with_
        coalesce(valid, 0) as valid, coalesce(scored, 0) as scored, coalesce(replayed, 0) as replayed
 from g left join d using (gen) left join v using (gen) left join s using (gen)
 order by g.gen
-""".replace("{valid}", _VALID_SCORES)
+""".replace("{valid}", _VALID_SCORES).replace("{verdicts}", _VERDICTS)
 
 _DESIGNER_REWARD = """
 select s.gen, count(*) as designs, avg(s.designer_reward) as mean, stddev_samp(s.designer_reward) as std,
        avg(s.designer_reward) filter (where v.design_id is not null) as mean_valid
 from env_scores s
-left join (select distinct run_id, gen, design_id from validations where ok) v
-       on v.run_id = s.run_id and v.gen = s.gen and v.design_id = s.design_id
+left join (select gen, design_id from ({verdicts}) where ok) v on v.gen = s.gen and v.design_id = s.design_id
 where s.run_id = $run and s.design_id is not null
 group by s.gen order by s.gen
-"""
+""".replace("{verdicts}", _VERDICTS)
 
 _TRAIN = """
 select gen, role, step, loss, reward_mean, reward_std, grad_norm, kl, tokens, step_seconds
