@@ -7,17 +7,9 @@ from typing import Annotated
 import typer
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.config import ConfigError, SpadeConfig, load_config_text
-from spade_core.store import Store
+from spade_core.config import ConfigError
+from spade_core.progress import load_run_config
 from spade_core.train_launch import TrainingError, launch_training
-
-
-def run_config(store: Store, run_id: str, overrides: list[str]) -> SpadeConfig | None:
-    """The run's stored config (``runs/{run_id}/config.yaml``) with ``overrides`` on top, if it exists."""
-    path = f"{store.run_dir(run_id)}/config.yaml"
-    if not store.exists(path):
-        return None
-    return load_config_text(store.read_bytes(path).decode(), overrides, label=f"config file {path}")
 
 
 @clean_errors
@@ -43,7 +35,7 @@ def train(
     st = open_store(cfg)
     if config is None:
         items = [*(overrides or []), *([f"store.root={store}"] if store else [])]
-        cfg = run_config(st, run_id, items) or cfg
+        cfg = load_run_config(st, run_id, items) or cfg
     try:
         summary = launch_training(cfg, st, run_id, gen, echo=None if quiet else typer.echo)
     except TrainingError as exc:
