@@ -25,8 +25,10 @@ Covered:
   (-> ``output_limit``), so prints cannot corrupt or forge a frame; patching ``json`` or ``struct`` from
   inside does not reach the host's private references.
 - Results: every failure is a classified :class:`~sandbox.jail.CallResult`, never an exception in the
-  pipeline; if nsjail cannot start, :class:`~sandbox.policy.SandboxUnavailable` says why in one line and
-  nothing runs unjailed.
+  pipeline, its ``error_type`` one of the taxonomy in :mod:`sandbox.outcome` (an unknown name in a reply
+  becomes ``jail_error``); a dead jail is classified from its exit status and nsjail's own log, which
+  travels on a private pipe the jail cannot write to. If nsjail cannot start,
+  :class:`~sandbox.policy.SandboxUnavailable` says why in one line and nothing runs unjailed.
 
 Not covered:
 - Kernel exploits: nsjail shares the host kernel; a kernel bug reachable from an unprivileged user

@@ -2,7 +2,8 @@
 
 A call returns a :class:`CallResult`; nothing an environment does is raised into the caller. A call that
 outlives its timeout kills the jail (``timeout``); a reply over the size cap kills it too
-(``output_limit``); a jail that dies mid-call is classified from how it died (see ``_death_reason``).
+(``output_limit``); a jail that dies mid-call is classified from how it died, by
+:func:`sandbox.outcome.classify_exit` (its exit status and nsjail's own log, read from a private pipe).
 """
 
 from __future__ import annotations
@@ -20,20 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox.outcome import ErrorType, classify_exit, is_error_type
 from sandbox.policy import JailLimits, jail_command, resolve_cgroups
 
-ERROR_TYPES = (
-    "syntax_error",
-    "contract_error",
-    "exception",
-    "timeout",
-    "memory",
-    "output_limit",
-    "jail_error",
-    "trivial",
-    "unsolvable",
-    "nondeterministic",
-)
 START_TIMEOUT_S = 15.0
 
 
@@ -43,13 +33,13 @@ class CallResult:
 
     ok: bool
     data: dict[str, Any] = field(default_factory=dict)
-    error_type: str | None = None
+    error_type: ErrorType | None = None
     message: str | None = None
     stdout: str = ""
     seconds: float = 0.0
 
     @classmethod
-    def failure(cls, error_type: str, message: str, seconds: float = 0.0) -> CallResult:
+    def failure(cls, error_type: ErrorType, message: str, seconds: float = 0.0) -> CallResult:
         return cls(ok=False, error_type=error_type, message=message, seconds=seconds)
 
 
@@ -62,16 +52,64 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def spawn_jail(argv: list[str]) -> subprocess.Popen[bytes]:
-    """Start nsjail with piped stdio in its own session (so a signal to our group never reaches it)."""
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-    )
+class NsjailLog:
+    """nsjail's own log on a private pipe, drained in a thread; its tail is kept (64 chunks of 4 KiB).
+
+    Create it, put :attr:`write_fd` in the argv (:func:`sandbox.policy.nsjail_argv`), then
+    :func:`spawn_jail`; :meth:`text` is what :func:`sandbox.outcome.classify_exit` reads.
+    """
+
+    def __init__(self) -> None:
+        self._read_fd, self.write_fd = os.pipe()
+        self._chunks: collections.deque[bytes] = collections.deque(maxlen=64)
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+
+    def start(self) -> None:
+        """Close our write end (nsjail has its own now) and start draining."""
+        os.close(self.write_fd)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError):  # closed while reading: the jail is gone
+            for chunk in iter(lambda: os.read(self._read_fd, 4096), b""):
+                self._chunks.append(chunk)
+
+    def text(self, wait_s: float = 2.0) -> str:
+        """The log, once nsjail has closed it (it exits right after its last line) or ``wait_s`` passed."""
+        if self._thread.is_alive():
+            self._thread.join(wait_s)
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+    def problems(self) -> list[str]:
+        """nsjail's warning and error lines (its info lines describe a normal start and exit)."""
+        return [ln for ln in self.text(wait_s=0.5).splitlines() if ln.strip() and not ln.startswith(("[I]", "[D]"))]
+
+    def close(self) -> None:
+        """Stop reading; call after nsjail has exited."""
+        self._thread.join(timeout=2)
+        if not self._thread.is_alive():
+            with contextlib.suppress(OSError):
+                os.close(self._read_fd)
+
+
+def spawn_jail(argv: list[str], log: NsjailLog) -> subprocess.Popen[bytes]:
+    """Start nsjail with piped stdio in its own session (so a signal to our group never reaches it).
+
+    nsjail alone gets ``log``'s write end (``argv`` names it with ``--log_fd``); ours is closed once nsjail
+    holds it, so the log ends when nsjail exits.
+    """
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=(log.write_fd,),
+        )
+    finally:
+        log.start()
 
 
 def kill_jail(proc: subprocess.Popen[bytes]) -> None:
@@ -103,6 +141,7 @@ class JailedProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.dead: CallResult | None = None
         self.started_at = 0.0
+        self.log: NsjailLog | None = None
         self._buffer = b""
         self._stderr: collections.deque[bytes] = collections.deque(maxlen=64)
         self._drain: threading.Thread | None = None
@@ -112,7 +151,8 @@ class JailedProcess:
         """Start the jail and wait for the host's ready frame."""
         t0 = time.perf_counter()
         use_cgroups = resolve_cgroups()
-        self.proc = spawn_jail(jail_command(self.limits, use_cgroups))
+        self.log = NsjailLog()
+        self.proc = spawn_jail(jail_command(self.limits, use_cgroups, self.log.write_fd), self.log)
         self.started_at = time.monotonic()
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drain.start()
@@ -122,7 +162,7 @@ class JailedProcess:
                 reply
                 if reply.error_type == "output_limit"
                 else CallResult.failure(
-                    "jail_error", f"jail did not start: {reply.message}; nsjail said: {self.stderr_tail()}"
+                    "jail_error", f"jail did not start: {reply.message}; nsjail said: {self.nsjail_said()}"
                 )
             )
             return self._die(reason)
@@ -137,10 +177,12 @@ class JailedProcess:
         except OSError:  # closed while reading: the jail is gone
             return
 
-    def stderr_tail(self, limit: int = 400) -> str:
+    def nsjail_said(self, limit: int = 400) -> str:
+        """nsjail's warnings and errors, then the jail's stderr: the tail of both, for a failed start."""
         text = b"".join(self._stderr).decode(errors="replace")
         lines = [ln for ln in text.splitlines() if "no version information available" not in ln]
-        return "\n".join(lines)[-limit:].strip()
+        problems = self.log.problems() if self.log is not None else []
+        return "\n".join([*problems, *lines])[-limit:].strip()
 
     def close(self) -> None:
         """Ask the host to close the environment, then make sure nothing of the jail survives."""
@@ -169,6 +211,8 @@ class JailedProcess:
             self._drain.join(timeout=2)
         if proc.stderr is not None:
             proc.stderr.close()
+        if self.log is not None:
+            self.log.close()
 
     def __enter__(self) -> JailedProcess:
         return self
@@ -199,10 +243,14 @@ class JailedProcess:
         seconds = time.perf_counter() - t0
         stdout = str(reply.pop("stdout", ""))
         if not reply.pop("ok", False):
+            claimed = reply.get("error_type", "jail_error")
+            message = str(reply.get("message", ""))
+            if not is_error_type(claimed):  # the jail is untrusted: only the taxonomy's names pass
+                claimed, message = "jail_error", f"{op}: unknown error_type {str(claimed)[:40]!r}: {message}"
             failed = CallResult(
                 ok=False,
-                error_type=str(reply.get("error_type", "jail_error")),
-                message=str(reply.get("message", "")),
+                error_type=claimed,
+                message=message,
                 data=reply,
                 stdout=stdout,
                 seconds=seconds,
@@ -260,24 +308,20 @@ class JailedProcess:
             self._buffer += chunk
 
     def _death_reason(self, op: str) -> CallResult:
-        """Classify a jail that went away during ``op`` from its exit status and lifetime."""
+        """Classify a jail that went away during ``op`` (:func:`sandbox.outcome.classify_exit`)."""
         assert self.proc is not None
         try:
-            code = self.proc.wait(timeout=5)
+            code: int | None = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
         lived = time.monotonic() - self.started_at
-        if lived >= self.limits.time_limit_s - 0.5:
-            return CallResult.failure("timeout", f"{op}: jail hit its wall-clock limit of {self.limits.time_limit_s}s")
-        if code in (152, -24):  # SIGXCPU: RLIMIT_CPU spent
-            return CallResult.failure(
-                "timeout", f"{op}: jail used up its CPU-seconds limit ({self.limits.cpu_seconds}s)"
-            )
-        if code in (137, -9):
-            return CallResult.failure("memory", f"{op}: jail was killed (SIGKILL: memory limit) after {lived:.1f}s")
-        if op == "start":
-            return CallResult.failure("jail_error", f"jail exited with code {code} before it was ready")
-        return CallResult.failure("exception", f"{op}: environment process exited with code {code}")
+        log = self.log.text() if self.log is not None else ""
+        error_type, reason = classify_exit(code, log, lived, self.limits)
+        if error_type == "exception":
+            if op == "start":
+                return CallResult.failure("jail_error", f"jail {reason} before it was ready")
+            return CallResult.failure("exception", f"{op}: environment process {reason} after {lived:.1f}s")
+        return CallResult.failure(error_type, f"{op}: jail {reason} after {lived:.1f}s")
 
     def _die(self, reason: CallResult, t0: float | None = None) -> CallResult:
         if t0 is not None:

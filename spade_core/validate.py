@@ -1,9 +1,11 @@
-"""The environment validator (DESIGN.md §7 step 4): small named checks, run in the jail, in order.
+"""The environment validator (docs/DESIGN.md §7 step 4): small named checks, run in the jail, in order.
 
 Like Gymnasium's ``env_checker``, each ``check_*`` function tests one property and its message shows the
 actual value. Validation stops at the first failed check (later checks would only repeat the failure or
 wait on a dead jail); ``checks`` maps every check that ran to whether it passed, and ``error_type`` is
-the failed check's class. Host-side parsing uses :mod:`ast` only: no generated code runs outside the jail.
+the failed check's class: one of the sandbox's (the jail's verdict on the call the check made) or one of
+the validator's own, ``nondeterministic``, ``unsolvable``, ``trivial``, all from the one taxonomy in
+:mod:`sandbox.outcome`. Host-side parsing uses :mod:`ast` only: no generated code runs outside the jail.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.jail import CallResult
+from sandbox.outcome import ErrorType
 from sandbox.policy import JailLimits
 from sandbox.session import EnvSession, run_parallel
 from spade_core.config import ValidationConfig
@@ -28,7 +31,7 @@ from spade_core.envs.contract import env_id_for, split_actions
 class CheckFailed(Exception):
     """A check failed; carries the error type and a message that shows the offending value."""
 
-    def __init__(self, error_type: str, message: str) -> None:
+    def __init__(self, error_type: ErrorType, message: str) -> None:
         super().__init__(message)
         self.error_type = error_type
         self.message = message
@@ -38,7 +41,7 @@ class CheckFailed(Exception):
 class ValidationResult:
     env_id: str
     ok: bool
-    error_type: str | None
+    error_type: ErrorType | None
     message: str | None
     checks: dict[str, bool]
     kind: str | None = None
@@ -221,7 +224,8 @@ def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequenc
     )
     ctx = _Context(code=code, cfg=cfg, session=session, seeds=seeds)
     checks: dict[str, bool] = {}
-    error_type = message = None
+    error_type: ErrorType | None = None
+    message: str | None = None
     try:
         for check, name in zip(CHECKS, CHECK_NAMES, strict=True):
             try:

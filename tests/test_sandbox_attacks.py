@@ -289,6 +289,14 @@ def test_os_exit_is_exception() -> None:
     assert result.error_type == "exception" and "code 3" in (result.message or "")
 
 
+def test_a_forged_nsjail_time_limit_line_does_not_turn_a_crash_into_a_timeout() -> None:
+    """The exit classification reads nsjail's own log on a private pipe, never the jail's stdout or stderr."""
+    forged = b"[I][2026-01-01T00:00:02+0000] pid=1 run time >= time limit (120 >= 120) ([STANDALONE MODE]).\n"
+    code = env('return "go", {}', f"import os\nos.write(1, {forged!r})\nos.write(2, {forged!r})\nos._exit(3)")
+    result = validate_code(code, FAST)
+    assert result.error_type == "exception" and "code 3" in (result.message or "")
+
+
 def test_sys_exit_is_exception() -> None:
     result = validate_code(env("import sys\nsys.exit(0)"), FAST)
     assert result.error_type == "exception" and "SystemExit" in (result.message or "")

