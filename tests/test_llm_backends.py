@@ -90,7 +90,11 @@ def test_hub_ids_pass_through_resolution() -> None:
 
 # -- a scripted OpenAI-compatible server for retries and refusals ------------------------------------------
 class _Scripted(http.server.BaseHTTPRequestHandler):
+    """Answers POSTs with the statuses in ``script`` (then 200s, or ``always`` when set), counting them."""
+
     script: ClassVar[list[int]] = []
+    always: ClassVar[int | None] = None
+    headers_for: ClassVar[dict[int, dict[str, str]]] = {}  # extra response headers per status
     seen: ClassVar[list[dict]] = []
 
     def log_message(self, *args: object) -> None:
@@ -101,6 +105,8 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
+        for name, value in type(self).headers_for.get(status, {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -110,7 +116,7 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         type(self).seen.append(body)
-        status = type(self).script.pop(0) if type(self).script else 200
+        status = type(self).script.pop(0) if type(self).script else (type(self).always or 200)
         if status == 299:  # a server that parses tool calls: content None, structured tool_calls
             call = {"id": "t", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "a"}'}}
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
@@ -145,7 +151,7 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def scripted_server() -> Iterator[tuple[str, type[_Scripted]]]:
-    handler = type("Handler", (_Scripted,), {"script": [], "seen": []})
+    handler = type("Handler", (_Scripted,), {"script": [], "always": None, "headers_for": {}, "seen": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -162,6 +168,25 @@ def test_openai_backend_retries_transient_errors(scripted_server) -> None:  # ty
     assert (out[0].text, out[0].error, out[0].prompt_tokens) == ("\\boxed{5}", None, 7)
     assert len(handler.seen) == 3
     assert handler.seen[-1]["stop"] == ["\n"] and handler.seen[-1]["seed"] == 3 and handler.seen[-1]["max_tokens"] == 5
+
+
+def test_openai_client_honours_retry_after_and_succeeds_on_the_retry(scripted_server) -> None:  # type: ignore[no-untyped-def]
+    url, handler = scripted_server
+    handler.script = [429]
+    handler.headers_for = {429: {"Retry-After": "0"}}
+    gen = OpenAIGenerator(url, "m", max_retries=2)
+    out = gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=5))
+    assert (out[0].text, out[0].error) == ("\\boxed{5}", None)
+    assert len(handler.seen) == 2  # the 429, then the retry that succeeded
+
+
+def test_openai_failure_after_max_retries_is_recorded_not_raised(scripted_server) -> None:  # type: ignore[no-untyped-def]
+    url, handler = scripted_server
+    handler.always = 500
+    gen = OpenAIGenerator(url, "m", max_retries=2)
+    out = gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=5))
+    assert out[0].error is not None and out[0].error.startswith("HTTP 500") and out[0].finish_reason == "error"
+    assert len(handler.seen) == 2 + 1  # the first attempt and max_retries retries, counted by the server
 
 
 def test_openai_refusal_is_recorded_per_request_not_raised(scripted_server) -> None:  # type: ignore[no-untyped-def]

@@ -1,17 +1,18 @@
 """The ``openai`` backend: any OpenAI-compatible chat server (``vllm serve``, SGLang, llama.cpp,
 ``transformers serve``, or a hosted model).
 
-Requests in a batch go out concurrently so the server can batch them. Transient failures (connection,
-timeout, 429, 5xx) are retried with exponential backoff; a refusal (other 4xx) or exhausted retries is
-recorded on that request's ``Completion.error`` — one bad request never fails the batch. The API key is
-read from the variable named by ``model.api_key_env`` and never stored.
+Requests in a batch go out concurrently so the server can batch them. Transient failures (connection
+errors, timeouts, 408, 409, 429, 5xx) are retried by the ``openai`` client itself, ``model.max_retries``
+times, waiting as the server's ``Retry-After`` says or else with jittered exponential backoff; each
+attempt times out after ``model.request_timeout_s``. A refusal (another 4xx) or a failure that outlives
+its retries is recorded on that request's ``Completion.error``: one bad request never fails the batch.
+The API key is read from the variable named by ``model.api_key_env`` and never stored.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -42,7 +43,7 @@ class OpenAIGenerator:
         self.max_retries = max_retries
         self._openai = openai
         self.client = openai.OpenAI(
-            base_url=self.base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=0
+            base_url=self.base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=max_retries
         )
         if check:
             self.check()
@@ -60,20 +61,14 @@ class OpenAIGenerator:
         )
 
     def check(self) -> None:
-        """Fail at once, with one line, when the server cannot be reached."""
+        """Fail at once, with one line, when the server cannot be reached (no retries here)."""
         try:
-            self.client.with_options(timeout=10.0).models.list()
+            self.client.with_options(timeout=10.0, max_retries=0).models.list()
         except self._openai.APIConnectionError:
             raise ModelError(f"cannot reach the OpenAI-compatible server at {self.base_url}") from None
         except self._openai.APIStatusError as exc:
             if exc.status_code in (401, 403):
                 raise ModelError(f"server at {self.base_url} refused the API key ({exc.status_code})") from None
-
-    def _transient(self, exc: Exception) -> bool:
-        o = self._openai
-        if isinstance(exc, (o.APIConnectionError, o.APITimeoutError, o.RateLimitError, o.InternalServerError)):
-            return True
-        return isinstance(exc, o.APIStatusError) and exc.status_code >= 500
 
     def _one(self, request: GenerationRequest, params: SamplingParams) -> Completion:
         kwargs: dict[str, Any] = {
@@ -92,18 +87,12 @@ class OpenAIGenerator:
             kwargs["logprobs"] = True
         if request.tools:
             kwargs["tools"] = request.tools
-        delay = 0.5
-        for attempt in range(self.max_retries + 1):
-            try:
-                response = self.client.chat.completions.create(**kwargs)
-                break
-            except Exception as exc:  # classified below: transient → retry, else recorded as data
-                if not self._transient(exc) or attempt == self.max_retries:
-                    status = getattr(exc, "status_code", None)
-                    what = f"HTTP {status}" if status else type(exc).__name__
-                    return Completion(text="", finish_reason="error", error=f"{what}: {str(exc)[:300]}")
-                time.sleep(delay)
-                delay *= 2
+        try:
+            response = self.client.chat.completions.create(**kwargs)  # the client retries transient failures
+        except Exception as exc:  # a refusal or exhausted retries: recorded as data, never raised
+            status = getattr(exc, "status_code", None)
+            what = f"HTTP {status}" if status else type(exc).__name__
+            return Completion(text="", finish_reason="error", error=f"{what}: {str(exc)[:300]}")
         choice = response.choices[0]
         text = choice.message.content or ""
         for call in getattr(choice.message, "tool_calls", None) or []:
