@@ -49,7 +49,15 @@ def stored_generation(store: Store, envs: int, plays: int, turns: int, tokens: i
     generator.close()
     frame = pd.DataFrame(rows)
     frame["episode_return"] = [float(p % 2) for p in range(len(frame))]  # 0/1 within each group of `plays`
-    store.write_table("episodes", frame, run_id=RUN, gen=1, stage="rollout")
+    frame["policy_step"] = 0
+    if "logprobs" not in frame.columns:
+        frame["logprobs"] = None
+    store.write_table("episodes", frame, run_id=RUN, gen=1, stage="rollout-s0")
+    pool = [
+        {"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code, "source": "replay"}
+        for e in load_seed_envs()[:envs]
+    ]
+    store.write_table("pool", pd.DataFrame(pool), run_id=RUN, gen=1, stage="pool")
     return len(frame)
 
 
@@ -57,7 +65,7 @@ def measure(root: str, lora: bool, extra: list[str]) -> dict[str, float]:
     cfg = load_config("tiny", None, [f"store.root={root}", f"training.lora={str(lora).lower()}", *extra])
     store = Store(root)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    summary = launch_training(cfg, store, RUN, 1)
+    summary = launch_training(cfg, store, RUN, 1, 0)
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     metrics = store.read_table("train_metrics", run_id=RUN, gen=1).drop_duplicates("step")
     seconds = [float(s) for s in metrics["step_seconds"].dropna()]
@@ -65,13 +73,14 @@ def measure(root: str, lora: bool, extra: list[str]) -> dict[str, float]:
         "steps": float(summary.steps),
         "s_per_step": statistics.median(seconds),
         "peak_rss_gb": peak_kb / 1024**2,
-        "tokens_per_s": summary.tokens_trained * cfg.training.epochs / sum(seconds),  # the agent's own tokens
+        "tokens_per_s": summary.tokens_trained / sum(seconds),  # the agent's own tokens
         "processed_tokens_per_s": float(metrics["tokens"].sum()) / sum(seconds),  # + prompts and env text
         "rss_measured": float(peak_kb > before),
     }
     store.fs.rm(store.checkpoint_dir(RUN, 1), recursive=True)  # the next variant starts from the same base
-    for path in store.table_files("train_metrics", RUN, 1):
-        store.fs.rm(path)
+    for table in ("train_metrics", "train_samples"):
+        for path in store.table_files(table, RUN, 1):
+            store.fs.rm(path)
     return out
 
 

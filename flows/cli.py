@@ -25,7 +25,6 @@ from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_
 from spade_core.config import SpadeConfig, StoreConfig
 from spade_core.pipeline.markers import StageRecord
 from spade_core.progress import (
-    STAGE_NAMES,
     RunConfigMismatch,
     bind_run_config,
     generation_complete,
@@ -111,11 +110,11 @@ def _print_summaries(summaries: list[dict[str, Any]], store: Store, run_id: str,
     )
 
 
-def stored_summary(store: Store, run_id: str, gen: int) -> dict[str, Any]:
+def stored_summary(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> dict[str, Any]:
     """The summary of a complete generation from its stage markers (what its flow run reported)."""
     markers = list_markers(store, run_id).get(gen, {})
     records: dict[str, StageRecord] = {
-        name: markers[name].model_copy(update={"status": "reused"}) for name in STAGE_NAMES if name in markers
+        name: markers[name].model_copy(update={"status": "reused"}) for name in stages_for(cfg, gen) if name in markers
     }
     summary = generation_summary(store, run_id, gen, records)
     summary["markdown"] = summary_markdown(summary)
@@ -160,7 +159,7 @@ def run(
     )
     if not summaries:
         typer.echo(f"run {run_id}: generations 1..{generations} were already complete", err=True)
-        summaries = [stored_summary(st, run_id, g) for g in range(1, generations + 1)]
+        summaries = [stored_summary(cfg, st, run_id, g) for g in range(1, generations + 1)]
     _print_summaries(summaries, st, run_id, as_json)
 
 

@@ -17,7 +17,7 @@ from flows.report import Reporter, publish_summary
 from spade_core.config import SpadeConfig
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord
-from spade_core.pipeline.registry import PREVIOUS, stages_for
+from spade_core.pipeline.registry import previous_names, stages_for
 from spade_core.pipeline.stage import Stage, previous_records, shard_count, upstream_for
 from spade_core.progress import generation_summary
 from spade_core.store import Store
@@ -61,7 +61,9 @@ class Pipeline:
         return whole.model_copy(update={"status": status, "model_calls": sum(r.model_calls for r in ran)})
 
     def run(self) -> dict[str, Any]:
-        previous = previous_records(GenerationContext(self.cfg, self.store, self.run_id, self.gen), set(PREVIOUS))
+        previous = previous_records(
+            GenerationContext(self.cfg, self.store, self.run_id, self.gen), previous_names(self.cfg)
+        )
         for stage in self.stages:
             if stage.exclusive:
                 release_models()  # the trainer and the evaluator load their own model: give them the memory

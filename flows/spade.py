@@ -109,7 +109,8 @@ def spade_eval(
     st = Store.from_config(cfg.store)
     if gens is None:
         markers = next_generation(st, cfg, run_id)
-        gens = [g for g in range(markers + 1) if checkpoint_complete(st, run_id, g)]
+        k = cfg.training.steps_per_generation
+        gens = [g for g in range(markers + 1) if checkpoint_complete(st, run_id, g * k)]
     evaluated = {}
     for g in gens:
         frame = evaluate_checkpoint(cfg, st, run_id, g, suites=suites, limit=limit)

@@ -1,10 +1,12 @@
-"""Checkpoints in the store and the model each generation plays with (docs/DESIGN.md §4, §7 step 9).
+"""Checkpoints in the store and the model each step plays with (docs/DESIGN.md §4, §7).
 
-Generation ``g`` trains from checkpoint ``g - 1`` and writes checkpoint ``g`` under
-``{root}/checkpoints/run={run_id}/gen={g}/``; checkpoint 0 is the base model (``model.name_or_path``).
-A checkpoint holds either full weights (``save_pretrained``) or a LoRA adapter, plus the tokenizer, and
-a marker file ``spade-checkpoint.json`` written LAST: a directory without the marker is an interrupted
-upload and is never used.
+Checkpoints are numbered by global optimizer step: the step ``s`` of a run trains checkpoint ``s`` and
+writes checkpoint ``s + 1`` under ``{root}/checkpoints/run={run_id}/step={s+1}/``; checkpoint 0 is the base
+model (``model.name_or_path``). Generation ``g`` owns steps ``(g-1)·K … g·K-1`` (K =
+``training.steps_per_generation``). A checkpoint holds either full weights (``save_pretrained``) or a LoRA
+adapter, plus the tokenizer and the optimizer and scheduler state of the run's one optimizer
+(``optimizer.pt``, ``scheduler.pt``), and a marker file ``spade-checkpoint.json`` written LAST: a directory
+without the marker is an interrupted upload and is never used.
 
 Every backend needs a plain local HF directory: an S3 checkpoint is downloaded once into the local
 cache, and a LoRA adapter is merged onto its parent model once (also cached), so transformers loads it
@@ -30,26 +32,26 @@ KINDS = ("full", "lora", "unchanged")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is missing or incomplete; the message names the run and generation."""
+    """A checkpoint that is missing or incomplete; the message names the run and step."""
 
 
 def _store_key(store: Store) -> str:
     return short_hash(store.base, 12)
 
 
-def checkpoint_complete(store: Store, run_id: str, gen: int) -> bool:
-    """True when checkpoint ``gen`` of the run was written completely (gen 0, the base model, always is)."""
-    return gen == 0 or store.exists(f"{store.checkpoint_dir(run_id, gen)}/{MARKER}")
+def checkpoint_complete(store: Store, run_id: str, step: int) -> bool:
+    """True when checkpoint ``step`` of the run was written completely (step 0, the base model, always is)."""
+    return step == 0 or store.exists(f"{store.checkpoint_dir(run_id, step)}/{MARKER}")
 
 
-def read_marker(store: Store, run_id: str, gen: int) -> dict[str, Any]:
+def read_marker(store: Store, run_id: str, step: int) -> dict[str, Any]:
     """The metadata of a complete checkpoint (kind, parent, base model, files, created)."""
-    if not checkpoint_complete(store, run_id, gen) or gen == 0:
-        raise CheckpointError(f"checkpoint run={run_id} gen={gen} does not exist (or its upload did not finish)")
-    return dict(json.loads(store.read_bytes(f"{store.checkpoint_dir(run_id, gen)}/{MARKER}")))
+    if not checkpoint_complete(store, run_id, step) or step == 0:
+        raise CheckpointError(f"checkpoint run={run_id} step={step} does not exist (or its upload did not finish)")
+    return dict(json.loads(store.read_bytes(f"{store.checkpoint_dir(run_id, step)}/{MARKER}")))
 
 
-def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, gen: int, meta: dict[str, Any]) -> str:
+def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, step: int, meta: dict[str, Any]) -> str:
     """Upload a saved model (or adapter) directory into the store, then write the marker.
 
     The files are streamed from disk through fsspec; the marker is written last, so a reader never uses a
@@ -59,25 +61,25 @@ def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, gen: int,
         store: The artifact store (local or S3).
         local_dir: A directory written by ``save_pretrained`` (weights or adapter, plus tokenizer).
         run_id: Run the checkpoint belongs to.
-        gen: Generation that produced it (>= 1).
-        meta: Extra marker fields; must include ``kind`` (one of :data:`KINDS`) and ``parent_gen``.
+        step: Its index: the global step that produced it, plus one (>= 1).
+        meta: Extra marker fields; must include ``kind`` (one of :data:`KINDS`) and ``parent_step``.
 
     Returns:
         The checkpoint directory in the store.
     """
-    if gen < 1:
-        raise CheckpointError(f"checkpoint generation must be >= 1 (0 is the base model), got {gen}")
+    if step < 1:
+        raise CheckpointError(f"checkpoint step must be >= 1 (0 is the base model), got {step}")
     if meta.get("kind") not in KINDS:
         raise CheckpointError(f"checkpoint kind {meta.get('kind')!r} must be one of {', '.join(KINDS)}")
     src = Path(local_dir)
-    target = store.checkpoint_dir(run_id, gen)
+    target = store.checkpoint_dir(run_id, step)
     store.remove_dir(target)  # a rerun replaces an interrupted or older upload
     files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != MARKER)
     store.upload_files(src, target, [p.relative_to(src).as_posix() for p in files])
     marker = {
         **meta,
         "run_id": run_id,
-        "gen": gen,
+        "step": step,
         "files": [p.relative_to(src).as_posix() for p in files],
         "bytes": sum(p.stat().st_size for p in files),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -86,15 +88,15 @@ def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, gen: int,
     return target
 
 
-def local_checkpoint_dir(store: Store, run_id: str, gen: int) -> Path:
-    """A local directory holding checkpoint ``gen`` as stored (downloaded once from S3)."""
-    meta = read_marker(store, run_id, gen)
+def local_checkpoint_dir(store: Store, run_id: str, step: int) -> Path:
+    """A local directory holding checkpoint ``step`` as stored (downloaded once from S3)."""
+    meta = read_marker(store, run_id, step)
     if not store.is_s3:
-        return Path(store.checkpoint_dir(run_id, gen))
-    local = cache_dir() / "checkpoints" / _store_key(store) / f"run={run_id}" / f"gen={gen}"
+        return Path(store.checkpoint_dir(run_id, step))
+    local = cache_dir() / "checkpoints" / _store_key(store) / f"run={run_id}" / f"step={step}"
 
     def download(tmp: Path) -> None:
-        store.download_files(store.checkpoint_dir(run_id, gen), tmp, meta["files"])
+        store.download_files(store.checkpoint_dir(run_id, step), tmp, meta["files"])
         (tmp / MARKER).write_text(json.dumps(meta))  # last: the copy is complete
 
     return build_once(local, download, ready=lambda path: _local_marker(path) == meta)
@@ -108,16 +110,16 @@ def _local_marker(local: Path) -> dict[str, Any] | None:
         return None
 
 
-def _merged_lora(cfg: Any, store: Store, run_id: str, gen: int, adapter_dir: Path, parent_gen: int) -> Path:
+def _merged_lora(cfg: Any, store: Store, run_id: str, step: int, adapter_dir: Path, parent_step: int) -> Path:
     """Merge a LoRA adapter onto its parent model once; the merged directory is cached locally."""
-    merged = cache_dir() / "merged" / _store_key(store) / f"run={run_id}" / f"gen={gen}"
+    merged = cache_dir() / "merged" / _store_key(store) / f"run={run_id}" / f"step={step}"
 
     def merge(tmp: Path) -> None:
         import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        parent = model_path_for_checkpoint(cfg, store, run_id, parent_gen)
+        parent = model_path_for_checkpoint(cfg, store, run_id, parent_step)
         base = AutoModelForCausalLM.from_pretrained(parent, dtype=torch.float32)
         model = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
         model.save_pretrained(tmp)
@@ -126,38 +128,62 @@ def _merged_lora(cfg: Any, store: Store, run_id: str, gen: int, adapter_dir: Pat
     return build_once(merged, merge, ready=lambda path: (path / "config.json").is_file())
 
 
-def model_path_for_checkpoint(cfg: Any, store: Store, run_id: str, gen: int) -> str:
-    """A local HF model directory (or hub id, for the base model) for checkpoint ``gen`` of the run.
+def model_path_for_checkpoint(cfg: Any, store: Store, run_id: str, step: int) -> str:
+    """A local HF model directory (or hub id, for the base model) for checkpoint ``step`` of the run.
 
-    Gen 0 is the configured base model. A LoRA checkpoint is returned merged onto its parent.
+    Step 0 is the configured base model. A LoRA checkpoint is returned merged onto its parent; an
+    ``unchanged`` one is its parent.
 
     Raises:
         CheckpointError: the checkpoint does not exist or its upload did not finish.
     """
-    if gen == 0:
+    if step == 0:
         return resolve_model(cfg.model.name_or_path)
-    meta = read_marker(store, run_id, gen)
+    meta = read_marker(store, run_id, step)
     if meta["kind"] == "unchanged":
-        return model_path_for_checkpoint(cfg, store, run_id, int(meta["parent_gen"]))
-    local = local_checkpoint_dir(store, run_id, gen)
+        return model_path_for_checkpoint(cfg, store, run_id, int(meta["parent_step"]))
+    local = local_checkpoint_dir(store, run_id, step)
     if meta["kind"] == "lora":
-        return str(_merged_lora(cfg, store, run_id, gen, local, int(meta["parent_gen"])))
+        return str(_merged_lora(cfg, store, run_id, step, local, int(meta["parent_step"])))
     return str(local)
 
 
-def newest_checkpoint_below(store: Store, run_id: str, gen: int) -> int:
-    """The newest complete checkpoint with index < ``gen`` (0 = the base model)."""
-    for g in range(gen - 1, 0, -1):
-        if checkpoint_complete(store, run_id, g):
-            return g
+def newest_checkpoint_at_or_below(store: Store, run_id: str, step: int) -> int:
+    """The newest complete checkpoint with index <= ``step`` (0 = the base model)."""
+    for s in range(step, 0, -1):
+        if checkpoint_complete(store, run_id, s):
+            return s
     return 0
 
 
-def model_for_generation(cfg: Any, store: Store, run_id: str, gen: int) -> str:
-    """The model generation ``gen`` plays with: the newest complete checkpoint before it, else the base."""
-    return model_path_for_checkpoint(cfg, store, run_id, newest_checkpoint_below(store, run_id, gen))
+def optimizer_state_dir(store: Store, run_id: str, step: int) -> Path | None:
+    """A local directory holding the optimizer state the step after checkpoint ``step`` continues from
+    (``optimizer.pt``, ``scheduler.pt``): the newest trained checkpoint at or before it, following the
+    ``unchanged`` ones back; None before the first update (a fresh optimizer)."""
+    while step > 0:
+        meta = read_marker(store, run_id, step)
+        if meta["kind"] != "unchanged" and "optimizer.pt" in meta.get("files", []):
+            return local_checkpoint_dir(store, run_id, step)
+        step = int(meta["parent_step"])
+    return None
 
 
-def model_cfg_for_generation(cfg: Any, store: Store, run_id: str, gen: int) -> Any:
-    """``cfg.model`` pointing at :func:`model_for_generation` (feed it to ``make_generator``)."""
-    return cfg.model.model_copy(update={"name_or_path": model_for_generation(cfg, store, run_id, gen)})
+def model_for_step(cfg: Any, store: Store, run_id: str, step: int) -> str:
+    """The model the plays of global step ``step`` use: checkpoint ``step`` (the newest complete one at or
+    before it, should a step have written none), else the base model."""
+    return model_path_for_checkpoint(cfg, store, run_id, newest_checkpoint_at_or_below(store, run_id, step))
+
+
+def model_cfg_for_step(cfg: Any, store: Store, run_id: str, step: int) -> Any:
+    """``cfg.model`` pointing at :func:`model_for_step` (feed it to ``make_generator``)."""
+    return cfg.model.model_copy(update={"name_or_path": model_for_step(cfg, store, run_id, step)})
+
+
+def first_step(cfg: Any, gen: int) -> int:
+    """The global step at which generation ``gen`` starts: ``(gen - 1) · K``.
+
+    >>> from types import SimpleNamespace as N
+    >>> first_step(N(training=N(steps_per_generation=4)), 3)
+    8
+    """
+    return (gen - 1) * int(cfg.training.steps_per_generation)

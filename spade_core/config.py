@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spade_core.hashing import short_hash
 from spade_core.resources import data_dir
@@ -81,7 +81,10 @@ class ModelConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device for the transformers backend.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Weights dtype.")
     temperature: float = Field(0.6, ge=0.0, le=2.0, description="Sampling temperature [paper: 0.6].")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling.")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="Nucleus sampling [0.95].")
+    top_k: int | None = Field(
+        20, ge=1, description="Top-k sampling [20]; None = off (a backend without top-k ignores it)."
+    )
     max_new_tokens: int = Field(1024, gt=0, description="Tokens per generation call.")
     batch_size: int = Field(32, gt=0, description="Max sequences per batched generate call.")
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout (openai/vllm).")
@@ -125,9 +128,10 @@ class ValidationConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    plays_no_hint: int = Field(8, ge=1, description="G no-hint plays per environment [8].")
-    plays_hint: int = Field(16, ge=0, description="M hinted plays per environment [16].")
-    seeds_per_env: int = Field(1, ge=1, description="Distinct seeds per environment.")
+    plays_no_hint: int = Field(
+        8, ge=1, description="No-hint plays per environment at every step, each from a fresh seed [8]."
+    )
+    plays_hint: int = Field(16, ge=0, description="Hinted plays per environment at a pool's first step [16].")
     max_turns: int = Field(25, gt=0, description="Turn limit per episode [25].")
     max_tokens_per_turn: int = Field(512, gt=0, description="Agent tokens per turn.")
     max_context_tokens: int = Field(4096, gt=0, description="Conversation token limit.")
@@ -137,6 +141,10 @@ class RolloutConfig(_Section):
         "the new tokens (exact under greedy decoding); False = re-prefill the whole conversation every turn.",
     )
     hint_max_words: int = Field(100, gt=0, description="Hint length limit [100 words].")
+    hint_temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature of hints [0.3].")
+    hint_max_new_tokens: int | None = Field(
+        None, gt=0, description="Token budget of a hint [4096 games, 2048 tool use]; None = 2 x hint_max_words."
+    )
     replay_envs: int = Field(0, ge=0, description="Memory envs replayed per generation (PLR-style; 0 = paper).")
     jail_time_limit_s: int = Field(
         3600, gt=0, description="Wall-clock limit of one episode's jail (it idles while the model generates)."
@@ -168,14 +176,28 @@ class MemoryConfig(_Section):
 
 
 class TrainingConfig(_Section):
-    enabled: bool = Field(True, description="Run the GRPO update each generation.")
+    enabled: bool = Field(True, description="Run the GRPO update at every step.")
+    steps_per_generation: int = Field(
+        4,
+        ge=1,
+        description="K: on-policy steps per environment pool; each plays the pool afresh and makes one optimizer "
+        "step [4 games, 8 tool use].",
+    )
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = Field("dapo", description="TRL loss type.")
     epsilon: float = Field(0.2, gt=0, description="Lower clip range [0.2].")
     epsilon_high: float = Field(0.28, gt=0, description="Upper clip range [0.28].")
-    beta: float = Field(0.0, ge=0, description="KL coefficient (0 = no reference model).")
-    learning_rate: float = Field(1e-6, gt=0, description="Learning rate.")
-    epochs: int = Field(1, ge=1, description="Epochs over the generation's batch.")
-    per_device_batch_size: int = Field(4, ge=1, description="Samples per device per step.")
+    beta: float = Field(0.0, ge=0, description="KL coefficient (0 = no reference model) [0 games, 0.005 tool use].")
+    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate [1e-6].")
+    lr_schedule: Literal["constant", "constant_with_warmup"] = Field(
+        "constant", description="Learning-rate schedule over the run's global steps [constant]."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Warmup steps (lr_schedule=constant_with_warmup).")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay [0.1].")
+    adam_beta1: float = Field(0.9, gt=0, lt=1, description="AdamW beta1 [0.9].")
+    adam_beta2: float = Field(0.98, gt=0, lt=1, description="AdamW beta2 [0.98].")
+    tis_low: float = Field(0.0, ge=0, description="Truncated importance sampling: lower clamp of the weight [0].")
+    tis_high: float = Field(2.0, gt=0, description="Truncated importance sampling: upper clamp of the weight [2.0].")
+    per_device_batch_size: int = Field(4, ge=1, description="Samples per device per micro-batch.")
     designer_fraction: float = Field(
         0.5, ge=0, le=1, description="Cap on the designer's share of the batch (0 = agent only, 1 = designer only)."
     )
@@ -184,6 +206,12 @@ class TrainingConfig(_Section):
     accelerate_config: str | None = Field(None, description="File under data/accelerate/ (None = single process).")
     gradient_checkpointing: bool = Field(False, description="Trade compute for memory (GPU presets).")
     bf16: bool = Field(False, description="bf16 mixed precision (GPU presets).")
+
+    @model_validator(mode="after")
+    def _tis_bounds(self) -> TrainingConfig:
+        if self.tis_low > self.tis_high:
+            raise ValueError(f"training.tis_low {self.tis_low} must be <= training.tis_high {self.tis_high}")
+        return self
 
 
 SuiteName = Literal["reasoning_gym", "humaneval", "bfcl"]  # the registry of spade_core/eval/

@@ -2,7 +2,7 @@
 all read from the store alone (docs/DESIGN.md §4, §10, §12), so ``spade status`` and ``spade resume``
 need nothing but the store.
 
-The stage list comes from :data:`spade_core.pipeline.registry.STAGES`; completeness from the stage markers
+The stage list comes from :func:`spade_core.pipeline.registry.stages_for`; completeness from the stage markers
 (:mod:`spade_core.pipeline.markers`). A run id is bound to its config: the first generation writes
 ``runs/{run_id}/config.yaml``; a later one with a config that would change what is written (anything but
 the store location and the execution-only settings ``orchestration.task_runner``, ``dask_address``,
@@ -15,12 +15,9 @@ from typing import Any
 
 from spade_core.config import SpadeConfig, load_config_text
 from spade_core.pipeline.markers import StageRecord, artifact_hash, bound_settings, list_markers
-from spade_core.pipeline.registry import STAGES
 from spade_core.pipeline.registry import stages_for as _stages_for
 from spade_core.pipeline.verdicts import final_verdicts
 from spade_core.store import Store
-
-STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 
 
 class RunConfigMismatch(ValueError):
@@ -130,9 +127,11 @@ def generation_summary(
     pool_ids = set(pool.info.get("env_ids", [])) if pool else set()
     played = scores[scores["env_id"].isin(pool_ids)].drop_duplicates("env_id")
     designed = scores[scores["design_id"].notna()]
-    train = records.get("train")
-    train_summary = train.info.get("summary", {}) if train else {}
+    trains = [r.info.get("summary", {}) for name, r in records.items() if r.stage.startswith("train-s")]
+    losses = [t["loss_mean"] for t in trains if t.get("loss_mean") is not None]
+    notes = sorted({t["skipped_reason"] for t in trains if t.get("skipped_reason")})
     valid = int(validations["ok"].sum()) if not validations.empty else 0
+    rollouts = [r for r in records.values() if r.stage.startswith("rollout-s")]
     return {
         "run_id": run_id,
         "gen": gen,
@@ -142,14 +141,14 @@ def generation_summary(
         "envs": len(pool_ids),
         "replayed": pool.info.get("replayed", 0) if pool else 0,
         "diversity": pool.info.get("diversity") if pool else None,
-        "episodes": records["rollout"].info.get("rows", {}).get("episodes", 0) if "rollout" in records else 0,
+        "episodes": sum(r.info.get("rows", {}).get("episodes", 0) for r in rollouts),
         "win_rate": _mean(played["win_rate"]),
         "regret": _mean(played["regret"]),
         "designer_reward": _mean(designed["designer_reward"]),
-        "train_loss": train_summary.get("loss_mean"),
-        "train_steps": train_summary.get("steps"),
-        "checkpoint": train_summary.get("checkpoint"),
-        "train_note": train_summary.get("skipped_reason"),
+        "train_loss": sum(losses) / len(losses) if losses else None,
+        "train_steps": sum(int(t.get("steps") or 0) for t in trains),
+        "checkpoint": trains[-1].get("checkpoint") if trains else None,
+        "train_note": "; ".join(notes) or None,
         "evaluation": records["evaluate"].info if "evaluate" in records else None,
         "model_calls": sum(r.model_calls for r in records.values() if r.status == "ran"),
         "stages": [

@@ -38,6 +38,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("code", _str, True),
             _f("env_id", _str, True),
             _f("model_ref", _str),
+            _f("policy_step", pa.int64()),  # the checkpoint (global step) that wrote the reply
         ]
     ),
     "validations": pa.schema(
@@ -75,7 +76,15 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("source", _str),  # design | replay | fixed
         ]
     ),
-    "hints": pa.schema([_f("env_id", _str), _f("hint", _str), _f("leaks_solution", pa.bool_()), _f("model_ref", _str)]),
+    "hints": pa.schema(
+        [
+            _f("env_id", _str),
+            _f("hint", _str),
+            _f("leaks_solution", pa.bool_()),
+            _f("model_ref", _str),
+            _f("policy_step", pa.int64()),
+        ]
+    ),
     "episodes": pa.schema(
         [
             _f("episode_id", _str),
@@ -90,6 +99,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("model_ref", _str),
             _f("token_ids", pa.list_(pa.int32()), True),
             _f("loss_mask", pa.list_(pa.int8()), True),
+            # The behaviour policy: the log-prob of each token when it was sampled (0 on environment tokens),
+            # aligned with token_ids; null when the backend gave none (then TIS leaves those samples at 1).
+            _f("logprobs", pa.list_(pa.float32()), True),
+            _f("policy_step", pa.int64()),  # the checkpoint (global step) that played; -1 = no model
         ]
     ),
     "env_scores": pa.schema(
@@ -115,6 +128,21 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("gen_added", pa.int64()),
         ]
     ),
+    # Every sample one optimizer step trained on: what, with which reward and advantage, from which policy.
+    "train_samples": pa.schema(
+        [
+            _f("step", pa.int64()),  # the global optimizer step (trains checkpoint step -> step + 1)
+            _f("role", _str),
+            _f("group_id", _str),
+            _f("source_id", _str),  # episode_id (agent) or design_id (designer)
+            _f("env_id", _str, True),
+            _f("skill", _str, True),
+            _f("reward", pa.float64()),
+            _f("advantage", pa.float64()),
+            _f("behaviour_step", pa.int64()),  # the policy_step of the rows it came from
+            _f("tokens", pa.int64()),  # trained (loss-masked) tokens
+        ]
+    ),
     "train_metrics": pa.schema(
         [
             _f("role", _str),
@@ -127,6 +155,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("clip_fraction", pa.float64(), True),
             _f("tokens", pa.int64(), True),
             _f("step_seconds", pa.float64(), True),
+            _f("learning_rate", pa.float64(), True),
+            _f("tis_weight_mean", pa.float64(), True),  # mean truncated importance weight over trained tokens
+            _f("tis_clipped_fraction", pa.float64(), True),  # fraction of trained tokens whose weight was clamped
         ]
     ),
     "evals": pa.schema(

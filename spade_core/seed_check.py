@@ -67,6 +67,8 @@ def _play_scripted(env: SeedEnv, cfg: SpadeConfig, seed: int, condition: str) ->
         "model_ref": f"scripted:{condition}",
         "token_ids": None,
         "loss_mask": None,
+        "logprobs": None,
+        "policy_step": -1,  # scripted: no model
     }
 
 

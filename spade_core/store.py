@@ -3,7 +3,7 @@
 Layout under the root::
 
     tables/{table}/run={run_id}/gen={g}/{stage}-{shard}.parquet
-    checkpoints/run={run_id}/gen={g}/
+    checkpoints/run={run_id}/step={s}/
     runs/{run_id}/config.yaml
 
 File names are deterministic per (table, run, gen, stage, shard), so a retried stage replaces its own
@@ -161,8 +161,9 @@ class Store:
     def table_glob(self, table: str) -> str:
         return self.path("tables", table, "**", "*.parquet")
 
-    def checkpoint_dir(self, run_id: str, gen: int) -> str:
-        return self.path("checkpoints", f"run={_check_name('run id', run_id)}", f"gen={_check_gen(gen)}")
+    def checkpoint_dir(self, run_id: str, step: int) -> str:
+        """The directory of checkpoint ``step``: the weights after ``step`` optimizer steps of the run."""
+        return self.path("checkpoints", f"run={_check_name('run id', run_id)}", f"step={_check_gen(step)}")
 
     def run_dir(self, run_id: str) -> str:
         return self.path("runs", _check_name("run id", run_id))

@@ -1,28 +1,22 @@
-"""One GRPO update of both roles per generation, with TRL's ``GRPOTrainer`` (docs/DESIGN.md §7 step 9).
+"""One optimizer step of both roles with TRL's ``GRPOTrainer`` (docs/DESIGN.md §7).
 
-Run as ``accelerate launch -m spade_core.train --run-id R --gen G --config FILE`` (the pipeline does this
-through :func:`spade_core.train_launch.launch_training`); every process builds the same batch from the
-store, the main process writes the checkpoint and the ``train_metrics`` table.
+Run as ``accelerate launch -m spade_core.train --run-id R --gen G --step K --config FILE`` (the pipeline
+does this through :func:`spade_core.train_launch.launch_training`). Step ``K`` of generation ``G`` is the
+global step ``s = (G-1)·K_total + K``: it trains checkpoint ``s`` on the samples that checkpoint played
+(the pool's no-hint plays of that step; at a generation's first step also the designs) and writes
+checkpoint ``s + 1`` with the optimizer and scheduler state, so the run has ONE AdamW optimizer whose
+state carries from step to step, whatever process or machine runs the next one. Every process builds the
+same batch from the store; the main process writes the checkpoint and the ``train_metrics`` and
+``train_samples`` tables.
 
-TRL is used through its documented seams only, never subclassed:
-
-- ``rollout_func`` returns the *stored* samples of the generation (``spade_core.train_data``): the
-  prompt ids, the completion ids and ``env_mask`` (1 on the agent's own tokens), so multi-turn episodes
-  train only on what the agent wrote. The dataset has one row per group; TRL repeats each row
-  ``num_generations`` times consecutively, and the i-th repeat of a group is its i-th sample.
-- the reward function returns each sample's stored reward and logs per-role reward statistics;
-- a ``TrainerCallback`` times each optimizer step and collects the logged metrics.
-
-Simplifications, stated: the samples are the rollouts of the current checkpoint and TRL's old log-probs
-are the current ones (``logprobs=None``), so the importance ratio is 1 on the first epoch (REINFORCE
-with group-normalised advantages; the clip range acts from the second epoch on). The loss TRL logs is
-the joint loss of the step (one update over both roles); reward statistics are per role.
+TRL is used through its seams (``spade_core.train_trl``): ``rollout_func`` hands out the stored samples
+and a minimal subclass puts SPADE's advantages and truncated importance weights in place of TRL's. The
+loss TRL logs is the joint loss of the step; reward statistics are per role.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -32,74 +26,46 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.checkpoints import model_for_generation, newest_checkpoint_below, write_checkpoint
+from spade_core.checkpoints import (
+    first_step,
+    model_for_step,
+    newest_checkpoint_at_or_below,
+    optimizer_state_dir,
+    write_checkpoint,
+)
 from spade_core.config import SpadeConfig, load_config
+from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
 from spade_core.train_data import AGENT, DESIGNER, Batch, agent_samples, designer_samples, make_batch, mix_roles
 from spade_core.train_launch import TrainSummary
+from spade_core.train_trl import OptimizerState, StoredRollouts, grpo_args, spade_trainer_class, stored_reward
 
-METRIC_STAGE = "train"
 
-
-def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, tokenizer: Any) -> Batch:
-    """The generation's GRPO batch from the store: no-hint episodes and (unless frozen) designs."""
-    episodes = store.read_table("episodes", run_id=run_id, gen=gen, stages=["rollout"])
+def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int, tokenizer: Any) -> Batch:
+    """The batch of step ``step`` (0..K-1) of generation ``gen``: the no-hint plays of that step and, at the
+    first step, the designs (unless the designer is frozen or the pool is fixed)."""
+    played = instance_name("rollout", step)
+    episodes = store.read_table("episodes", run_id=run_id, gen=gen, stages=[played])
     agent, skipped = agent_samples(episodes)
     designer = []
-    if cfg.designer.train and not cfg.designer.fixed_pool:
+    if step == 0 and cfg.designer.train and not cfg.designer.fixed_pool:
         designs = final_designs(store, run_id, gen)  # the latest attempt of each design (repairs included)
         scores = store.read_table("env_scores", run_id=run_id, gen=gen, stages=["score"])
         designer = designer_samples(designs, scores, tokenizer, cfg.scoring.invalid_reward)
-    mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen)
+    skill_of = {}
+    if not episodes.empty:
+        pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id", "skill"])
+        skill_of = dict(zip(pool["env_id"], pool["skill"], strict=True))
+    agent = [_with_skill(s, skill_of.get(s.env_id or "")) for s in agent]
+    mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
     return make_batch(mixed, skipped_episodes=skipped)
 
 
-class StoredRollouts:
-    """TRL ``rollout_func``: hands out the stored samples of each group instead of generating."""
+def _with_skill(sample: Any, skill: str | None) -> Any:
+    from dataclasses import replace
 
-    def __init__(self, batch: Batch) -> None:
-        self.batch = batch
-        self.blocks = {f"b{i}": block for i, block in enumerate(batch.blocks)}
-
-    def dataset(self) -> Any:
-        from datasets import Dataset
-
-        # The block id rides on the prompt message: TRL shuffles the rows and passes the prompts through.
-        rows = [{"prompt": [{"role": "user", "content": key, "block": key}]} for key in self.blocks]
-        return Dataset.from_list(rows)
-
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        seen: dict[str, int] = {}
-        out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "reward", "role")}
-        for prompt in prompts:
-            key = prompt[0]["block"]
-            block = self.blocks[key]
-            sample = block[seen.get(key, 0) % len(block)]
-            seen[key] = seen.get(key, 0) + 1
-            out["prompt_ids"].append(sample.prompt_ids)
-            out["completion_ids"].append(sample.completion_ids)
-            out["env_mask"].append(sample.env_mask)
-            out["reward"].append(sample.reward)
-            out["role"].append(sample.role)
-        return {**out, "logprobs": None}  # type: ignore[dict-item]
-
-
-def stored_reward(completions: list[Any], reward: list[float], role: list[str], **kwargs: Any) -> list[float | None]:
-    """The stored reward of each sample; logs the per-role reward mean and std of the step.
-
-    >>> stored_reward(["a", "b"], reward=[0.0, 1.0], role=["agent", "agent"])
-    [0.0, 1.0]
-    """
-    log_metric = kwargs.get("log_metric")
-    if log_metric is not None:
-        for name in (AGENT, DESIGNER):
-            values = [r for r, ro in zip(reward, role, strict=True) if ro == name]
-            if values:
-                mean = sum(values) / len(values)
-                log_metric(f"{name}/reward_mean", mean)
-                log_metric(f"{name}/reward_std", math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
-    return [float(r) for r in reward]  # (None would mean "no reward" to TRL; every sample has one)
+    return replace(sample, skill=skill)
 
 
 def _recorder() -> Any:
@@ -126,46 +92,10 @@ def _recorder() -> Any:
     return StepRecorder()
 
 
-def grpo_args(cfg: SpadeConfig, batch: Batch, output_dir: str, num_processes: int) -> Any:
-    """``GRPOConfig`` from the training config. The per-device batch is rounded up to a multiple of the
-    block size so every process holds whole groups (TRL normalises over consecutive rows)."""
-    import torch
-    from trl import GRPOConfig
-
-    t = cfg.training
-    g = batch.block_size
-    per_device = math.ceil(t.per_device_batch_size / g) * g
-    on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available()
-    return GRPOConfig(
-        output_dir=output_dir,
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=1,
-        num_generations=g,
-        num_train_epochs=t.epochs,
-        learning_rate=t.learning_rate,
-        loss_type=t.loss_type,
-        epsilon=t.epsilon,
-        epsilon_high=t.epsilon_high,
-        beta=t.beta,
-        bf16=bool(on_gpu and t.bf16),
-        use_cpu=not on_gpu,
-        gradient_checkpointing=bool(t.gradient_checkpointing),
-        logging_steps=1,
-        save_strategy="no",
-        report_to=["tensorboard"],
-        seed=cfg.seed,
-        dataloader_num_workers=0,
-        disable_tqdm=False,
-    )
-
-
-def _metrics_frame(recorder: Any, batch: Batch) -> pd.DataFrame:
-    """``train_metrics`` rows: per optimizer step, one row per role in the batch (the loss is the joint one)."""
+def _metrics_frame(recorder: Any, batch: Batch, step: int) -> pd.DataFrame:
+    """``train_metrics`` rows of the optimizer step: one row per role in the batch (the loss is the joint one)."""
     rows = []
-    tokens_before = 0.0
     for log in recorder.logs:
-        step = int(log["step"])
-        tokens_now = float(log.get("num_tokens", tokens_before))
         for role in (AGENT, DESIGNER):
             if f"{role}/reward_mean" not in log:
                 continue
@@ -175,81 +105,103 @@ def _metrics_frame(recorder: Any, batch: Batch) -> pd.DataFrame:
                     "role": role,
                     "step": step,
                     "loss": float(log["loss"]),
-                    "grad_norm": None if log.get("grad_norm") is None else float(log["grad_norm"]),
+                    "grad_norm": _maybe(log.get("grad_norm")),
                     "reward_mean": float(log[f"{role}/reward_mean"]),
                     "reward_std": float(log[f"{role}/reward_std"]),
-                    "kl": None if log.get("kl") is None else float(log["kl"]),
-                    "clip_fraction": None if clip is None else float(clip),
-                    "tokens": int(tokens_now - tokens_before),
-                    "step_seconds": recorder.step_seconds.get(step),
+                    "kl": _maybe(log.get("kl")),
+                    "clip_fraction": _maybe(clip),
+                    "tokens": sum(s.trained_tokens for s in batch.samples(role)),
+                    "step_seconds": recorder.step_seconds.get(int(log["step"])),
+                    "learning_rate": _maybe(log.get("learning_rate")),
+                    "tis_weight_mean": _maybe(log.get("tis/weight_mean")),
+                    "tis_clipped_fraction": _maybe(log.get("tis/clipped_fraction")),
                 }
             )
-        tokens_before = tokens_now
     return pd.DataFrame(rows)
 
 
-def _upload_dir(store: Store, local: Path, target: str) -> None:
-    for path in sorted(p for p in local.rglob("*") if p.is_file()):
-        store.write_bytes(f"{target}/{path.relative_to(local).as_posix()}", path.read_bytes())
+def _maybe(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
-def train_generation(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> TrainSummary:
-    """The GRPO update of generation ``gen``: train from the generation's model, write checkpoint ``gen``.
+def samples_frame(batch: Batch, step: int) -> pd.DataFrame:
+    """``train_samples`` rows: every sample the step trained on, with its reward, advantage and lineage."""
+    rows = [
+        {
+            "step": step,
+            "role": s.role,
+            "group_id": s.group,
+            "source_id": s.source_id,
+            "env_id": s.env_id,
+            "skill": s.skill,
+            "reward": s.reward,
+            "advantage": s.advantage,
+            "behaviour_step": s.behaviour_step,
+            "tokens": s.trained_tokens,
+        }
+        for s in batch.samples()
+    ]
+    return pd.DataFrame(rows)
 
-    With no usable samples, or when every group has zero reward variance, no update happens and an
-    ``unchanged`` checkpoint (the marker alone, pointing at the parent) records why.
+
+def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int) -> TrainSummary:
+    """Step ``step`` (0..K-1) of generation ``gen``: train checkpoint ``s`` on the step's samples and write
+    checkpoint ``s + 1`` (``s`` the global step).
+
+    With no usable samples, or when no group carries a learning signal (every advantage zero), no update
+    happens and an ``unchanged`` checkpoint (the marker alone, pointing at the parent) records why; the
+    optimizer state then carries over from the parent.
     """
     from spade_core.llm.hf import load_tokenizer
 
     started = time.perf_counter()
-    parent_gen = newest_checkpoint_below(store, run_id, gen)
-    model_path = model_for_generation(cfg, store, run_id, gen)
+    s = first_step(cfg, gen) + step
+    parent = newest_checkpoint_at_or_below(store, run_id, s)
+    model_path = model_for_step(cfg, store, run_id, s)
     tokenizer = load_tokenizer(model_path)
     tokenizer.padding_side = "left"
-    batch = build_batch(cfg, store, run_id, gen, tokenizer)
+    batch = build_batch(cfg, store, run_id, gen, step, tokenizer)
     summary = TrainSummary(
         run_id,
         gen,
-        store.checkpoint_dir(run_id, gen),
-        block_size=batch.block_size,
+        store.checkpoint_dir(run_id, s + 1),
+        step=s,
         agent_samples=len(batch.samples(AGENT)),
         designer_samples=len(batch.samples(DESIGNER)),
-        zero_variance_groups=batch.zero_variance_blocks(),
-        dropped_samples=batch.dropped_samples,
+        zero_variance_groups=batch.zero_signal_groups(),
         skipped_episodes=batch.skipped_episodes,
-        tokens_trained=sum(s.trained_tokens for s in batch.samples()),
+        tokens_trained=sum(x.trained_tokens for x in batch.samples()),
     )
-    meta: dict[str, Any] = {"parent_gen": parent_gen, "base_model": cfg.model.name_or_path}
-    if not batch.blocks:
+    meta: dict[str, Any] = {"parent_step": parent, "base_model": cfg.model.name_or_path}
+    if not batch.samples():
         summary.skipped_reason = "no trainable samples (no valid no-hint episodes and no designs)"
-    elif summary.zero_variance_groups == len(batch.blocks):
-        summary.skipped_reason = f"all {len(batch.blocks)} groups have zero reward variance (no learning signal)"
+    elif summary.zero_variance_groups == len(batch.groups()):
+        summary.skipped_reason = f"all {len(batch.groups())} groups have zero reward variance (no learning signal)"
     if summary.skipped_reason is not None:
         summary.kind, summary.tokens_trained = "unchanged", 0
         summary.seconds = time.perf_counter() - started
         with tempfile.TemporaryDirectory() as empty:
-            write_checkpoint(store, empty, run_id, gen, {**meta, "kind": "unchanged", "summary": summary.to_dict()})
+            write_checkpoint(store, empty, run_id, s + 1, {**meta, "kind": "unchanged", "summary": summary.to_dict()})
         return summary
-    return _run_trainer(cfg, store, run_id, gen, model_path, tokenizer, batch, summary, meta, started)
+    state = OptimizerState(optimizer_state_dir(store, run_id, s))
+    return _run_trainer(cfg, store, model_path, tokenizer, batch, summary, meta, state, started)
 
 
 def _run_trainer(
     cfg: SpadeConfig,
     store: Store,
-    run_id: str,
-    gen: int,
     model_path: str,
     tokenizer: Any,
     batch: Batch,
     summary: TrainSummary,
     meta: dict[str, Any],
+    optimizer: OptimizerState,
     started: float,
 ) -> TrainSummary:
     from accelerate import PartialState
-    from trl import GRPOTrainer
 
     state = PartialState()
-    rollouts = StoredRollouts(batch)
+    run_id, gen, s = summary.run_id, summary.gen, summary.step
     peft_config = None
     if cfg.training.lora:
         from peft import LoraConfig
@@ -257,9 +209,11 @@ def _run_trainer(
         r = cfg.training.lora_r
         peft_config = LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", task_type="CAUSAL_LM")
     with tempfile.TemporaryDirectory(prefix="spade-grpo-") as tmp:
-        args = grpo_args(cfg, batch, tmp, state.num_processes)
+        args, total = grpo_args(cfg, batch, tmp, state.num_processes)
+        rollouts = StoredRollouts(batch, total)
         recorder = _recorder()
-        trainer = GRPOTrainer(
+        trainer_class = spade_trainer_class(cfg.training.tis_low, cfg.training.tis_high)
+        trainer = trainer_class(
             model=model_path,
             reward_funcs=stored_reward,
             args=args,
@@ -267,25 +221,30 @@ def _run_trainer(
             processing_class=tokenizer,
             peft_config=peft_config,
             rollout_func=rollouts,
-            callbacks=[recorder],
+            callbacks=[recorder, optimizer.callback()],
         )
         trainer.train()
         out = Path(tmp) / "checkpoint"
         trainer.save_model(str(out))
         if state.is_main_process:
             tokenizer.save_pretrained(str(out))
-            metrics = _metrics_frame(recorder, batch)
+            OptimizerState.save(trainer, out)
             losses = [float(log["loss"]) for log in recorder.logs]
             summary.steps = int(trainer.state.global_step)
+            summary.padded_samples = rollouts.padded
             summary.loss_mean = sum(losses) / len(losses) if losses else None
             summary.kind = "lora" if cfg.training.lora else "full"
             summary.seconds = time.perf_counter() - started
+            stage = instance_name("train", s - first_step(cfg, gen))
+            metrics = _metrics_frame(recorder, batch, s)
             if not metrics.empty:
-                store.write_table("train_metrics", metrics, run_id=run_id, gen=gen, stage=METRIC_STAGE)
+                store.write_table("train_metrics", metrics, run_id=run_id, gen=gen, stage=stage)
+            store.write_table("train_samples", samples_frame(batch, s), run_id=run_id, gen=gen, stage=stage)
             runs = Path(tmp) / "runs"
             if runs.is_dir():  # TensorBoard event files written by TRL's logging
-                _upload_dir(store, runs, f"{store.run_dir(run_id)}/tensorboard/gen={gen}")
-            write_checkpoint(store, out, run_id, gen, {**meta, "kind": summary.kind, "summary": summary.to_dict()})
+                names = [p.relative_to(runs).as_posix() for p in sorted(runs.rglob("*")) if p.is_file()]
+                store.upload_files(runs, f"{store.run_dir(run_id)}/tensorboard/step={s}", names)
+            write_checkpoint(store, out, run_id, s + 1, {**meta, "kind": summary.kind, "summary": summary.to_dict()})
         state.wait_for_everyone()
     return summary
 
@@ -293,16 +252,17 @@ def _run_trainer(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``accelerate launch -m spade_core.train``."""
     parser = argparse.ArgumentParser(
-        prog="spade_core.train", description="One GRPO update of a stored SPADE generation (run under accelerate)."
+        prog="spade_core.train", description="One optimizer step of a stored SPADE generation (run under accelerate)."
     )
-    parser.add_argument("--run-id", required=True, help="Run whose generation to train.")
-    parser.add_argument("--gen", required=True, type=int, help="Generation to train (writes checkpoint GEN).")
+    parser.add_argument("--run-id", required=True, help="Run whose step to train.")
+    parser.add_argument("--gen", required=True, type=int, help="Generation of the step.")
+    parser.add_argument("--step", default=0, type=int, help="Step within the generation (0..K-1).")
     parser.add_argument("--config", required=True, help="Resolved config YAML (written by the launcher).")
     ns = parser.parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg = load_config(None, ns.config, [])
     store = Store.from_config(cfg.store)
-    summary = train_generation(cfg, store, ns.run_id, ns.gen)
+    summary = train_step(cfg, store, ns.run_id, ns.gen, ns.step)
     print(summary.line(), flush=True)
     return 0
 

@@ -1,20 +1,19 @@
-"""The GRPO batch of one generation, built from the store (docs/DESIGN.md §7 step 9).
+"""The batch of one optimizer step, built from the store (docs/DESIGN.md §7.2).
 
 Two roles share one update:
 
-- **agent**: the no-hint episodes, one group per (environment, seed), reward = the episode return. The
-  episode's token ids are the whole conversation; the prompt is everything before the agent's first
-  token and the loss mask (``env_mask`` in TRL) is 1 exactly on the agent's own tokens, so observations
-  that the environment wrote are never trained on.
-- **designer**: the designs, one group per document prompt (``group_id``), reward = the designer reward
-  of ``env_scores`` (the invalid reward for a design that was not scored).
+- **agent**: the no-hint episodes this step played, one group per environment; reward = the episode
+  return, advantage = its z-score over the plays of that environment at that step
+  (:func:`spade_core.advantages.group_zscores`). The episode's token ids are the whole conversation; the
+  prompt is everything before the agent's first token and the loss mask (``env_mask`` in TRL) is 1 exactly
+  on the agent's own tokens, so observations that the environment wrote are never trained on. The
+  behaviour log-probs stored with the episode travel with the sample, for truncated importance sampling.
+- **designer**: the designs, one group per document prompt (``group_id``); reward = the designer reward of
+  ``env_scores`` (the invalid reward for a design that was not scored), advantage = its z-score in the group.
 
-TRL normalises advantages over blocks of ``num_generations`` consecutive rows. Groups of both roles are
-cut into blocks of ``block = gcd`` of their sizes (paper defaults: 8 plays and 4 designs → blocks of
-4), so every block holds samples of one group of one role and advantages stay per group, so per role. A
-group larger than the block is normalised per block (a smaller baseline, still unbiased); leftover
-samples that do not fill a block are dropped and counted. Blocks whose rewards are all equal carry no
-signal (zero advantage): they are counted and reported, not an error.
+SPADE computes every advantage itself (TRL is told not to renormalise, ``spade_core.train``), so groups
+may have any size and the roles any mix; a group of one, or whose rewards are all equal, has advantage 0
+and is counted as carrying no signal.
 
 Pure functions over frames: no model, no Prefect. ``spade_core.train`` feeds the batch to TRL.
 """
@@ -26,10 +25,12 @@ import math
 import random
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
+
+from spade_core.advantages import group_zscores
 
 AGENT = "agent"
 DESIGNER = "designer"
@@ -37,7 +38,7 @@ DESIGNER = "designer"
 
 @dataclass(frozen=True)
 class Sample:
-    """One training row: what TRL's ``rollout_func`` returns for it, plus its reward."""
+    """One training row: what TRL's ``rollout_func`` returns for it, its reward, advantage and lineage."""
 
     role: str
     group: str
@@ -45,6 +46,12 @@ class Sample:
     completion_ids: list[int]
     env_mask: list[int]  # 1 = the model's own token (trained on), 0 = environment text
     reward: float
+    advantage: float = 0.0
+    logprobs: list[float] | None = None  # behaviour log-prob of each completion token (None: unknown)
+    source_id: str = ""  # episode_id or design_id
+    env_id: str | None = None
+    skill: str | None = None
+    behaviour_step: int = 0  # the checkpoint that sampled it
 
     @property
     def trained_tokens(self) -> int:
@@ -53,23 +60,20 @@ class Sample:
 
 @dataclass
 class Batch:
-    """Blocks of ``block_size`` samples (one group, one role each) and what was left out."""
+    """The samples of one optimizer step (advantages set) and what was left out."""
 
-    block_size: int
-    blocks: list[list[Sample]] = field(default_factory=list)
-    dropped_samples: int = 0
+    samples_: list[Sample] = field(default_factory=list)
     skipped_episodes: int = 0  # no token ids (a model error before the first turn) or no agent token
 
     def samples(self, role: str | None = None) -> list[Sample]:
-        return [s for b in self.blocks for s in b if role is None or s.role == role]
+        return [s for s in self.samples_ if role is None or s.role == role]
 
-    def zero_variance_blocks(self, role: str | None = None) -> int:
-        """Blocks whose rewards are all equal: zero advantage, no gradient."""
-        return sum(
-            1
-            for b in self.blocks
-            if (role is None or b[0].role == role) and max(s.reward for s in b) - min(s.reward for s in b) < 1e-12
-        )
+    def groups(self, role: str | None = None) -> dict[str, list[Sample]]:
+        return _groups(self.samples(role))
+
+    def zero_signal_groups(self, role: str | None = None) -> int:
+        """Groups whose advantages are all zero (one member, or equal rewards): no gradient."""
+        return sum(1 for g in self.groups(role).values() if all(abs(s.advantage) < 1e-12 for s in g))
 
     def reward_stats(self, role: str) -> tuple[float, float]:
         rewards = [s.reward for s in self.samples(role)]
@@ -97,7 +101,8 @@ def split_episode(token_ids: Iterable[int], loss_mask: Iterable[int]) -> tuple[l
 
 
 def agent_samples(episodes: pd.DataFrame) -> tuple[list[Sample], int]:
-    """No-hint episodes as agent samples grouped per (env_id, seed); returns (samples, skipped)."""
+    """No-hint episodes as agent samples grouped per environment, advantages z-scored within each group;
+    returns (samples, skipped). ``episodes`` holds the plays of one step."""
     samples: list[Sample] = []
     skipped = 0
     rows = episodes[episodes["condition"] == "no_hint"] if not episodes.empty else episodes
@@ -109,8 +114,34 @@ def agent_samples(episodes: pd.DataFrame) -> tuple[list[Sample], int]:
             continue
         prompt, completion, mask = parts
         reward = float(row.episode_return) if math.isfinite(float(row.episode_return)) else 0.0
-        samples.append(Sample(AGENT, f"agent:{row.env_id}:{row.seed}", prompt, completion, mask, reward))
-    return samples, skipped
+        logprobs = getattr(row, "logprobs", None)
+        behaviour = None if logprobs is None else [float(x) for x in list(logprobs)[len(prompt) :]]
+        samples.append(
+            Sample(
+                AGENT,
+                f"agent:{row.env_id}",
+                prompt,
+                completion,
+                mask,
+                reward,
+                logprobs=behaviour,
+                source_id=str(row.episode_id),
+                env_id=str(row.env_id),
+                behaviour_step=int(getattr(row, "policy_step", 0)),
+            )
+        )
+    return with_advantages(samples), skipped
+
+
+def with_advantages(samples: list[Sample]) -> list[Sample]:
+    """The samples with ``advantage`` = the z-score of their reward within their group.
+
+    >>> s = [Sample("agent", g, [], [1], [1], r) for g, r in (("a", 1.0), ("a", 0.0), ("b", 0.5))]
+    >>> [round(x.advantage, 6) for x in with_advantages(s)]
+    [1.0, -1.0, 0.0]
+    """
+    advantages = group_zscores([s.group for s in samples], [s.reward for s in samples])
+    return [replace(s, advantage=a) for s, a in zip(samples, advantages, strict=True)]
 
 
 def designer_samples(
@@ -129,6 +160,7 @@ def designer_samples(
             reward_of[str(row.design_id)] = float(row.designer_reward)
     eos = tokenizer.eos_token_id
     samples = []
+    skill_of = designs.set_index("design_id")["skill"].to_dict() if "skill" in designs.columns else {}
     for row in designs.sort_values(["group_id", "design_id"]).itertuples():
         messages = json.loads(row.prompt)
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -136,8 +168,20 @@ def designer_samples(
         completion = [*map(int, tokenizer(row.completion, add_special_tokens=False)["input_ids"]), int(eos)]
         reward = reward_of.get(str(row.design_id), invalid_reward)
         mask = [1] * len(completion)
-        samples.append(Sample(DESIGNER, f"designer:{row.group_id}", prompt_ids, completion, mask, reward))
-    return samples
+        samples.append(
+            Sample(
+                DESIGNER,
+                f"designer:{row.group_id}",
+                prompt_ids,
+                completion,
+                mask,
+                reward,
+                source_id=str(row.design_id),
+                skill=skill_of.get(row.design_id),
+                behaviour_step=int(getattr(row, "policy_step", 0)),
+            )
+        )
+    return with_advantages(samples)
 
 
 def _groups(samples: list[Sample]) -> dict[str, list[Sample]]:
@@ -145,16 +189,6 @@ def _groups(samples: list[Sample]) -> dict[str, list[Sample]]:
     for s in samples:
         groups[s.group].append(s)
     return dict(groups)
-
-
-def block_size(samples: list[Sample]) -> int:
-    """The gcd of the group sizes (at least 2: a group of one has no baseline).
-
-    >>> block_size([Sample("agent", "a", [], [1], [1], 0.0)] * 8 + [Sample("designer", "d", [], [1], [1], 0.0)] * 4)
-    4
-    """
-    sizes = [len(g) for g in _groups(samples).values() if len(g) >= 2]
-    return max(2, math.gcd(*sizes)) if sizes else 2
 
 
 def mix_roles(agent: list[Sample], designer: list[Sample], designer_fraction: float, seed: int) -> list[Sample]:
@@ -189,11 +223,5 @@ def _keep_groups(samples: list[Sample], budget: float, rng: random.Random) -> li
 
 
 def make_batch(samples: list[Sample], skipped_episodes: int = 0) -> Batch:
-    """Cut every group into blocks of :func:`block_size` samples (one group, one role per block)."""
-    size = block_size(samples)
-    batch = Batch(block_size=size, skipped_episodes=skipped_episodes)
-    for group in _groups(samples).values():
-        full = len(group) // size * size
-        batch.dropped_samples += len(group) - full
-        batch.blocks.extend(group[i : i + size] for i in range(0, full, size))
-    return batch
+    """The step's batch: the samples in group order (advantages already set)."""
+    return Batch(sorted(samples, key=lambda s: (s.role, s.group, s.source_id)), skipped_episodes)

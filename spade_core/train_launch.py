@@ -1,10 +1,11 @@
-"""Run the GRPO update of a generation as ``accelerate launch -m spade_core.train`` (docs/DESIGN.md §10).
+"""Run one optimizer step as ``accelerate launch -m spade_core.train`` (docs/DESIGN.md §7, §10).
 
 Training is a subprocess of the pipeline so one setting, ``training.accelerate_config`` (a file under
 ``data/accelerate/``), moves it from the CPU to one GPU to several GPUs (DDP, FSDP, DeepSpeed) without
-code changes. The child reads the generation from the store and writes the checkpoint (marker last) and
-the ``train_metrics`` table; the parent reads the result back from the checkpoint's marker, so a
-training run can also be redone or moved to another machine with ``spade train --run-id R --gen G``.
+code changes. The child reads the step's samples from the store and writes checkpoint ``s + 1`` (weights,
+optimizer and scheduler state, marker last) and the ``train_metrics`` and ``train_samples`` tables; the
+parent reads the result back from the checkpoint's marker, so a step can also be redone or moved to
+another machine with ``spade train --run-id R --gen G --step K``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from spade_core.checkpoints import read_marker
+from spade_core.checkpoints import first_step, read_marker
 from spade_core.resources import data_dir
 from spade_core.store import Store
 
@@ -33,18 +34,18 @@ class TrainingError(RuntimeError):
 
 @dataclass
 class TrainSummary:
-    """What one generation's update did (also stored in the checkpoint's marker)."""
+    """What one optimizer step did (also stored in the checkpoint's marker)."""
 
     run_id: str
     gen: int
     checkpoint: str | None
+    step: int = 0  # the global step: trains checkpoint ``step``, writes checkpoint ``step + 1``
     kind: str | None = None  # full | lora | unchanged (see spade_core.checkpoints.KINDS)
-    steps: int = 0
+    steps: int = 0  # optimizer steps taken (1, or 0 when nothing was trained)
     agent_samples: int = 0
     designer_samples: int = 0
-    block_size: int = 0
     zero_variance_groups: int = 0
-    dropped_samples: int = 0
+    padded_samples: int = 0  # zero-mask copies that fill the last micro-batch
     skipped_episodes: int = 0
     tokens_trained: int = 0
     loss_mean: float | None = None
@@ -62,13 +63,18 @@ class TrainSummary:
     def line(self) -> str:
         """One line for logs and the CLI."""
         if self.kind == "unchanged" or self.checkpoint is None:
-            return f"gen {self.gen}: no update ({self.skipped_reason})"
+            return f"gen {self.gen} step {self.step}: no update ({self.skipped_reason})"
         loss = "n/a" if self.loss_mean is None else f"{self.loss_mean:.4f}"
         return (
-            f"gen {self.gen}: {self.steps} steps, {self.agent_samples} agent + {self.designer_samples} designer "
-            f"samples (groups of {self.block_size}, {self.zero_variance_groups} with zero reward variance), "
-            f"{self.tokens_trained} tokens, loss {loss}, {self.seconds:.1f}s -> {self.checkpoint} ({self.kind})"
+            f"gen {self.gen} step {self.step}: {self.agent_samples} agent + {self.designer_samples} designer "
+            f"samples ({self.zero_variance_groups} groups with zero reward variance), {self.tokens_trained} tokens, "
+            f"loss {loss}, {self.seconds:.1f}s -> {self.checkpoint} ({self.kind})"
         )
+
+
+def global_step(cfg: Any, gen: int, step: int) -> int:
+    """The global step of step ``step`` of generation ``gen``."""
+    return first_step(cfg, gen) + step
 
 
 def accelerate_config_path(name: str | None) -> Path | None:
@@ -83,7 +89,7 @@ def accelerate_config_path(name: str | None) -> Path | None:
     raise FileNotFoundError(f"training.accelerate_config {name!r} not found; files in data/accelerate/: {available}")
 
 
-def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int) -> list[str]:
+def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int, step: int) -> list[str]:
     """The ``accelerate launch`` command line of one update (CPU: one process, no mixed precision)."""
     launch = [sys.executable, "-m", "accelerate.commands.launch"]
     acc = accelerate_config_path(cfg.training.accelerate_config)
@@ -97,13 +103,15 @@ def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int) -> lis
         launch += ["--mixed_precision", "bf16" if on_gpu and cfg.training.bf16 else "no"]
         if not on_gpu:
             launch += ["--cpu"]
-    return [*launch, "-m", "spade_core.train", "--run-id", run_id, "--gen", str(gen), "--config", config_file]
+    args = ["--run-id", run_id, "--gen", str(gen), "--step", str(step), "--config", config_file]
+    return [*launch, "-m", "spade_core.train", *args]
 
 
 def launch_training(
-    cfg: Any, store: Store, run_id: str, gen: int, echo: Callable[[str], None] | None = None
+    cfg: Any, store: Store, run_id: str, gen: int, step: int = 0, echo: Callable[[str], None] | None = None
 ) -> TrainSummary:
-    """Train generation ``gen`` of the run in an ``accelerate launch`` subprocess and return its summary.
+    """Train step ``step`` (0..K-1) of generation ``gen`` in an ``accelerate launch`` subprocess and return
+    its summary (the global step is ``(gen - 1) · K + step``).
 
     A no-op (``skipped_reason`` set, no checkpoint) when ``training.enabled`` is false.
 
@@ -111,13 +119,13 @@ def launch_training(
         TrainingError: the subprocess exited non-zero (the message ends with its last output lines).
     """
     if not cfg.training.enabled:
-        return TrainSummary(run_id, gen, None, skipped_reason="training.enabled is false")
+        return TrainSummary(run_id, gen, None, global_step(cfg, gen, step), skipped_reason="training.enabled is false")
     started = time.perf_counter()
     tail: deque[str] = deque(maxlen=25)
     with tempfile.TemporaryDirectory(prefix="spade-train-") as tmp:
         config_file = os.path.join(tmp, "config.yaml")  # every process of the launch reads it
         Path(config_file).write_text(cfg.to_yaml())
-        cmd = accelerate_command(cfg, config_file, run_id, gen)
+        cmd = accelerate_command(cfg, config_file, run_id, gen, step)
         env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
         with subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
@@ -128,7 +136,7 @@ def launch_training(
                     echo(line.rstrip())
             code = proc.wait()
     if code != 0:
-        raise TrainingError(f"training of run={run_id} gen={gen} failed (exit {code}):\n" + "\n".join(tail))
-    summary = TrainSummary.from_dict(read_marker(store, run_id, gen)["summary"])
+        raise TrainingError(f"training of run={run_id} gen={gen} step={step} failed (exit {code}):\n" + "\n".join(tail))
+    summary = TrainSummary.from_dict(read_marker(store, run_id, global_step(cfg, gen, step) + 1)["summary"])
     summary.seconds = time.perf_counter() - started
     return summary

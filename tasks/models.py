@@ -1,7 +1,7 @@
 """Generators for tasks: loaded at most once per worker process, and only when a stage really runs.
 
 A stage asks for the model through a *lease* (:data:`spade_core.pipeline.stage.GeneratorLease`); the lease
-resolves the model generation ``gen`` plays with (the newest complete checkpoint before it, downloaded
+resolves the model a step plays with (checkpoint ``step``, the newest complete one at or before it, downloaded
 or merged once by :mod:`spade_core.checkpoints`), loads it on first use and keeps it for the next stage
 in the same process. An in-process model (``transformers``) serves one stage at a time — shards of a
 stage then run one after another at full batch size, each finishing (and being kept) on its own —
@@ -45,13 +45,14 @@ def _leased(model_cfg: Any) -> Iterator[Generator]:
         yield generator
 
 
-def lease_for(cfg: Any, store: Store, run_id: str, gen: int) -> GeneratorLease:
-    """The lease of the model generation ``gen`` plays with (nothing is resolved until it is used)."""
+def lease_for(cfg: Any, store: Store, run_id: str, step: int) -> GeneratorLease:
+    """The lease of the model global step ``step`` plays with: checkpoint ``step`` (nothing is resolved
+    until it is used)."""
 
     def lease() -> contextlib.AbstractContextManager[Generator]:
-        from spade_core.checkpoints import model_cfg_for_generation
+        from spade_core.checkpoints import model_cfg_for_step
 
-        return _leased(model_cfg_for_generation(cfg, store, run_id, gen))
+        return _leased(model_cfg_for_step(cfg, store, run_id, step))
 
     return lease
 

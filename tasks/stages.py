@@ -37,9 +37,10 @@ def run_stage(
     cfg: SpadeConfig, run_id: str, gen: int, name: str, shard: int | None, upstream: dict[str, StageRecord]
 ) -> StageRecord:
     """Execute (or reuse) one stage or one shard of a sharded stage."""
-    stage = stage_named(name)
+    stage = stage_named(name, cfg, gen)
     ctx = _context(cfg, run_id, gen)
-    lease = lease_for(cfg, ctx.store, run_id, gen) if stage.uses_model else None
+    step = (gen - 1) * cfg.training.steps_per_generation + (stage.step or 0)  # the checkpoint it plays with
+    lease = lease_for(cfg, ctx.store, run_id, step) if stage.uses_model else None
     record = execute(stage, ctx, upstream, lease, shard)
     if reason := record.info.get("skipped_reason"):
         from prefect.logging import get_run_logger
@@ -51,7 +52,7 @@ def run_stage(
 @task(name="finish", cache_policy=NO_CACHE, persist_result=False)
 def finish_stage(cfg: SpadeConfig, run_id: str, gen: int, name: str, shards: list[StageRecord]) -> StageRecord:
     """The whole-stage marker of a sharded stage, once all its shards are done."""
-    return finish(stage_named(name), _context(cfg, run_id, gen), shards)
+    return finish(stage_named(name, cfg, gen), _context(cfg, run_id, gen), shards)
 
 
 def task_for(stage: Stage, cfg: SpadeConfig) -> Task[..., StageRecord]:

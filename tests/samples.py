@@ -20,6 +20,7 @@ ROWS: dict[str, dict[str, Any]] = {
         "code": "class E: ...",
         "env_id": "e1",
         "model_ref": "base",
+        "policy_step": 0,
     },
     "validations": {
         "design_id": "x1",
@@ -47,7 +48,7 @@ ROWS: dict[str, dict[str, Any]] = {
         "code": "class E: ...",
         "source": "design",
     },
-    "hints": {"env_id": "e1", "hint": "think", "leaks_solution": False, "model_ref": "base"},
+    "hints": {"env_id": "e1", "hint": "think", "leaks_solution": False, "model_ref": "base", "policy_step": 0},
     "episodes": {
         "episode_id": "ep1",
         "env_id": "e1",
@@ -61,6 +62,8 @@ ROWS: dict[str, dict[str, Any]] = {
         "model_ref": "base",
         "token_ids": [1, 2, 3],
         "loss_mask": [0, 1, 1],
+        "logprobs": [0.0, -0.5, -1.25],
+        "policy_step": 0,
     },
     "env_scores": {
         "env_id": "e1",
@@ -92,6 +95,21 @@ ROWS: dict[str, dict[str, Any]] = {
         "clip_fraction": 0.0,
         "tokens": 100,
         "step_seconds": 2.0,
+        "learning_rate": 1e-6,
+        "tis_weight_mean": 0.98,
+        "tis_clipped_fraction": 0.01,
+    },
+    "train_samples": {
+        "step": 3,
+        "role": "agent",
+        "group_id": "agent:e1",
+        "source_id": "ep1",
+        "env_id": "e1",
+        "skill": "optimization",
+        "reward": 1.0,
+        "advantage": 0.7,
+        "behaviour_step": 3,
+        "tokens": 12,
     },
     "evals": {
         "suite": "humaneval",

@@ -78,7 +78,7 @@ def test_bad_overrides_fail_with_one_line(overrides: list[str], fragment: str) -
 
 
 def test_unknown_preset_names_the_available_ones() -> None:
-    with pytest.raises(ConfigError, match="unknown preset 'huge'; available: gpu-1x, gpu-8x, tiny"):
+    with pytest.raises(ConfigError, match="unknown preset 'huge'; available: gpu-1x, gpu-8x, paper-games, paper-tool-use, tiny"):
         load_config("huge")
 
 
@@ -106,3 +106,60 @@ def test_invalid_yaml(tmp_path: Path) -> None:
     f.write_text("rollout: [unclosed\n")
     with pytest.raises(ConfigError, match="is not valid YAML"):
         load_config("tiny", f)
+
+
+# The authors' launch scripts (github spade-rl/spade: cmd/games/train_spade_30b.sh,
+# cmd/tool_use/_train_spade_blend.sh, spade/slime/arguments.py), value by value.
+PAPER = {
+    "model.temperature": 0.6,
+    "model.top_p": 0.95,
+    "model.top_k": 20,
+    "rollout.max_tokens_per_turn": 8192,
+    "rollout.max_context_tokens": 32768,
+    "rollout.max_turns": 25,
+    "rollout.plays_no_hint": 8,
+    "rollout.plays_hint": 16,
+    "rollout.hint_temperature": 0.3,
+    "rollout.replay_envs": 0,
+    "designer.documents_per_generation": 24,
+    "designer.group_size": 1,
+    "designer.max_new_tokens": 16384,
+    "designer.memory_positive": 2,
+    "designer.memory_negative": 1,
+    "corpus.max_words": 6000,
+    "corpus.max_words_tool": 4000,
+    "memory.capacity": 200,
+    "training.learning_rate": 1e-6,
+    "training.lr_schedule": "constant",
+    "training.weight_decay": 0.1,
+    "training.adam_beta1": 0.9,
+    "training.adam_beta2": 0.98,
+    "training.epsilon": 0.2,
+    "training.epsilon_high": 0.28,
+    "training.tis_low": 0.0,
+    "training.tis_high": 2.0,
+}
+PAPER_GAMES = {
+    **PAPER,
+    "designer.kind": "game",
+    "designer.skills_per_generation": 3,
+    "training.steps_per_generation": 4,
+    "training.beta": 0.0,
+    "rollout.hint_max_new_tokens": 4096,
+}
+PAPER_TOOL_USE = {
+    **PAPER,
+    "designer.kind": "tool",
+    "designer.skills_per_generation": 6,
+    "training.steps_per_generation": 8,
+    "training.beta": 0.005,
+    "rollout.hint_max_new_tokens": 2048,
+}
+
+
+@pytest.mark.parametrize(("preset", "expected"), [("paper-games", PAPER_GAMES), ("paper-tool-use", PAPER_TOOL_USE)])
+def test_paper_presets_reproduce_the_authors_launch_scripts(preset: str, expected: dict[str, object]) -> None:
+    cfg = load_config(preset)
+    for key, value in expected.items():
+        section, name = key.split(".")
+        assert getattr(getattr(cfg, section), name) == value, key

@@ -26,7 +26,11 @@ from spade_core.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.usefixtures("jail_processes_checked")]
 
-TABLES = ("documents", "designs", "validations", "hints", "episodes", "env_scores", "memory", "train_metrics", "evals")
+TABLES = (
+    "documents", "designs", "validations", "pool", "hints", "episodes", "env_scores", "memory", "train_metrics",
+    "train_samples", "evals",
+)  # fmt: skip
+TRAINED = ("train_metrics", "train_samples")  # rows only when some step updated the weights
 # The resume test's cheap generation, with training (LoRA keeps the checkpoint small) and a one-item evaluation.
 E2E_OVERRIDES = [o for o in OVERRIDES if not o.startswith("training.")] + [
     "training.enabled=true",
@@ -122,14 +126,15 @@ def test_deployment_run_of_spade_iteration_writes_every_table_and_the_next_check
     store = Store(root)
     cfg = load_run_config(store, "e2e")
     assert cfg is not None and cfg.training.lora and generation_complete(store, cfg, "e2e", 1)
-    assert checkpoint_complete(store, "e2e", 1)
-    trained = read_checkpoint(store, "e2e", 1)
+    k = cfg.training.steps_per_generation
+    assert k == 2 and all(checkpoint_complete(store, "e2e", s) for s in (1, 2))  # one checkpoint per step
+    steps = [read_checkpoint(store, "e2e", s) for s in (1, 2)]
     for table in TABLES:
         rows = query(store, f"select count(*) as n from {table} where run_id = 'e2e' and gen = 1").n[0]
-        if table == "train_metrics" and trained["kind"] == "unchanged":
+        if table in TRAINED and all(s["kind"] == "unchanged" for s in steps):
             # The tiny model rarely wins a short play: with no reward variance in any group the update is
-            # skipped, and the checkpoint says why (no optimizer step, so no metrics rows).
-            assert "reward variance" in trained["summary"]["skipped_reason"], trained
+            # skipped, and the checkpoint says why (no optimizer step, so no metrics or sample rows).
+            assert all("reward variance" in s["summary"]["skipped_reason"] for s in steps), steps
             continue
         assert rows > 0, f"table {table} has no rows for generation 1"
     # The flow ran its summary: the progress, summary and top-regret artifacts exist on the server.

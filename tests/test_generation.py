@@ -35,6 +35,7 @@ OVERRIDES = [
     "corpus.max_words_tool=60",
     "designer.memory_negative=0",
     "training.enabled=false",
+    "training.steps_per_generation=1",
 ]
 
 
@@ -127,15 +128,17 @@ def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(
     cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={store.base}"])
     ctx = GenerationContext(cfg, store, "it", 1)
     scores = ctx.read("env_scores", ["score"])
-    batch = build_batch(cfg, store, "it", 1, tiny_generator.tokenizer)
+    batch = build_batch(cfg, store, "it", 1, 0, tiny_generator.tokenizer)
     # What `spade rollout --run-id it` writes: plays of a pool environment, won, under stage 'rollout-cli'.
-    played = ctx.read("episodes", ["rollout"]).drop(columns=["run_id", "gen"])
+    played = ctx.read("episodes", ["rollout-s0"]).drop(columns=["run_id", "gen"])
     won = played.assign(episode_id=played["episode_id"] + "-cli", episode_return=1.0, error_type=None)
     store.write_table("episodes", won, run_id="it", gen=1, stage="rollout-cli")
     stage("score").body(ctx.execution(), tiny_generator)  # score again, over the partition as it is now
     pd.testing.assert_frame_equal(ctx.read("env_scores", ["score"]), scores)
-    rebuilt = build_batch(cfg, store, "it", 1, tiny_generator.tokenizer)
-    assert [s.completion_ids for b in rebuilt.blocks for s in b] == [s.completion_ids for b in batch.blocks for s in b]
+    rebuilt = build_batch(cfg, store, "it", 1, 0, tiny_generator.tokenizer)
+    assert [(s.source_id, s.advantage) for s in rebuilt.samples()] == [
+        (s.source_id, s.advantage) for s in batch.samples()
+    ]
 
 
 def test_invalid_designs_get_the_invalid_reward(generation) -> None:  # type: ignore[no-untyped-def]
@@ -329,10 +332,11 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
                 "env_id": "e",
                 "model_ref": "m",
                 "attempt": 0,
+                "policy_step": 0,
             }
         ]
     )
-    ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1, shard=0)
+    ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1, "validate", shard=0)
     ctx.write("designs", designs, "design", 0)
     validate.run(ctx, None)  # type: ignore[arg-type]
     assert novelty.run(ctx, None) == {"checked": 1, "rejected": 1}  # type: ignore[arg-type]
@@ -387,6 +391,7 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
                 "env_id": "e0",
                 "model_ref": "m",
                 "attempt": 0,
+                "policy_step": 0,
             }
         ]
     )

@@ -108,11 +108,11 @@ def test_status_and_next_generation_come_from_the_markers(tmp_path: Path) -> Non
         _run(ctx, stage, lambda run, model: {"shards": 2})
     g2 = GenerationContext(cfg, store, "r", 2)
     _run(g2, "documents", lambda run, model: None)
-    _run(g2, "rollout", lambda run, model: {"shards": 3}, shard=0)
+    _run(g2, "rollout-s0", lambda run, model: {"shards": 3}, shard=0)
     assert next_generation(store, cfg, "r") == 2
     states = generation_stages(store, cfg, "r", 2)
-    assert states["documents"] == "done" and states["rollout"] == "1/3 shards" and states["train"] == "todo"
-    assert read_marker(store, "r", 2, "rollout", 0) is not None and read_marker(store, "r", 2, "rollout") is None
+    assert states["documents"] == "done" and states["rollout-s0"] == "1/3 shards" and states["train-s1"] == "todo"
+    assert read_marker(store, "r", 2, "rollout-s0", 0) is not None and read_marker(store, "r", 2, "rollout-s0") is None
 
 
 def test_fixed_pool_runs_skip_the_designer_stages_and_evaluation_follows_its_schedule() -> None:
@@ -130,6 +130,23 @@ def test_the_registry_is_one_ordered_list_whose_inputs_come_before_each_stage() 
     assert names[0] == "documents" and names[-2:] == ["train", "evaluate"]
     novelty = load_config("tiny", overrides=["memory.novelty_threshold=0.9"])
     assert "novelty" in stages_for(novelty, 1) and "novelty" not in stages_for(load_config("tiny"), 1)
+
+
+def test_a_generation_expands_into_k_steps_each_playing_the_weights_the_step_before_trained() -> None:
+    from spade_core.pipeline.registry import previous_names
+    from spade_core.pipeline.registry import stages_for as instances
+
+    cfg = load_config("tiny", overrides=["training.steps_per_generation=3", "evaluation.every=1"])
+    by_name = {s.name: s for s in instances(cfg, 2)}
+    assert list(by_name)[5:] == [
+        "rollout-s0", "score", "memory", "train-s0", "rollout-s1", "train-s1", "rollout-s2", "train-s2", "evaluate"
+    ]  # fmt: skip
+    assert by_name["rollout-s0"].inputs == ("pool", "hint") and by_name["rollout-s0"].step == 0
+    assert by_name["rollout-s2"].inputs == ("pool", "hint", "train-s1")
+    assert by_name["train-s1"].inputs == ("memory", "rollout-s1", "score", "train-s0")
+    assert by_name["score"].inputs[-1] == "rollout-s0" and by_name["evaluate"].inputs == ("train-s2",)
+    assert by_name["design"].previous == ("memory", "train-s2")  # the last step of generation g - 1
+    assert previous_names(cfg) == {"memory", "train-s2"}
 
 
 def test_stage_tasks_never_use_prefects_cache_and_retry_only_model_and_io_stages() -> None:
@@ -164,6 +181,7 @@ def _write_designs(ctx: GenerationContext) -> StageRecord:
             "env_id": f"e{i}" if code else None,
             "model_ref": "m",
             "attempt": 0,
+            "policy_step": 0,
         }
         for i, code in enumerate(codes)
     ]
@@ -226,7 +244,7 @@ def test_spade_status_reads_the_store_and_resume_says_when_there_is_nothing_to_d
         _run(ctx, stage, lambda run, model: None)
     shown = runner.invoke(app, ["status", "r", "--store", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
-    assert "gen 1 complete" in shown.stdout and "train:✓" in shown.stdout
+    assert "gen 1 complete" in shown.stdout and "train-s0:✓" in shown.stdout and "train-s1:✓" in shown.stdout
     assert "next: generation 2  (spade run --run-id r --generations 2)" in shown.stdout
     resumed = runner.invoke(app, ["resume", "r", "--store", str(tmp_path)])
     assert resumed.exit_code == 0 and "nothing to resume" in resumed.stderr

@@ -62,6 +62,9 @@ def _train(store: Store, run_id: str, gen: int, roles: tuple[str, ...]) -> None:
             "clip_fraction": 0.0,
             "tokens": 1000,
             "step_seconds": 1.5,
+            "learning_rate": 1e-6,
+            "tis_weight_mean": 1.0,
+            "tis_clipped_fraction": 0.0,
         }
         for role in roles
         for step in range(1, 4)
@@ -112,6 +115,7 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
                 "code": code,
                 "env_id": env_id,
                 "model_ref": f"gen-{gen - 1}",
+                "policy_step": gen - 1,
             }
         )
         validations.append(
@@ -379,7 +383,14 @@ def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
     frame = pd.DataFrame(
         [
             {"design_id": "d0", "attempt": 0, "doc_id": None, "group_id": "g", "skill": "optimization", "kind": "game"}
-            | {"prompt": "[]", "completion": "no code", "code": None, "env_id": None, "model_ref": "base"}
+            | {
+                "prompt": "[]",
+                "completion": "no code",
+                "code": None,
+                "env_id": None,
+                "model_ref": "base",
+                "policy_step": 0,
+            }
         ]
     )
     store.write_table("designs", frame, run_id="young", gen=1, stage="design")

@@ -42,6 +42,7 @@ OVERRIDES = [
     "memory.report_diversity=false",
     "orchestration.shard_size=1",
     "training.enabled=false",
+    "training.steps_per_generation=2",
 ]
 IDS = {  # what identifies a row of each table within one generation
     "documents": "doc_id",
@@ -81,7 +82,7 @@ def kill_during_rollouts(cmd: list[str], env: dict[str, str], store: Store, run_
     try:
         deadline = time.monotonic() + 1200
         while time.monotonic() < deadline and proc.poll() is None and not done:
-            done = [k for k in range(2) if read_marker(store, run_id, 1, "rollout", k) is not None]
+            done = [k for k in range(2) if read_marker(store, run_id, 1, "rollout-s0", k) is not None]
             if done:
                 os.killpg(proc.pid, signal.SIGKILL)
             time.sleep(0.05)
@@ -103,8 +104,9 @@ def check_resumed_generation(store: Store, run_id: str, summary: dict) -> None: 
     stages = {s["stage"]: s for s in summary["stages"]}
     for name in ("documents", "design", "validate", "pool", "hint"):
         assert stages[name]["status"] == "reused" and stages[name]["model_calls"] == 0, stages[name]
-    assert stages["rollout"]["status"] == "ran" and stages["rollout"]["model_calls"] > 0
-    assert all(stages[s]["status"] == "ran" for s in ("score", "memory", "train"))
+    for name in ("rollout-s0", "rollout-s1"):
+        assert stages[name]["status"] == "ran" and stages[name]["model_calls"] > 0, stages[name]
+    assert all(stages[s]["status"] == "ran" for s in ("score", "memory", "train-s0", "train-s1"))
     envs = read_marker(store, run_id, 1, "pool")
     assert envs is not None and len(envs.info["env_ids"]) >= 2
     n_envs = len(envs.info["env_ids"])
@@ -122,7 +124,8 @@ def check_resumed_generation(store: Store, run_id: str, summary: dict) -> None: 
         "(select count(*) from hints where run_id = ?) as hints",
         [run_id, run_id, run_id],
     ).iloc[0]
-    assert (counts.episodes, counts.played, counts.hints) == (4 * n_envs, n_envs, n_envs)  # 2 + 2 plays each
+    # Step 0: 2 no-hint + 2 hinted plays per environment; step 1: 2 no-hint plays, each from a fresh seed.
+    assert (counts.episodes, counts.played, counts.hints) == (6 * n_envs, n_envs, n_envs)
     memory = set(query(store, "select env_id from memory where run_id = ?", [run_id])["env_id"])
     assert set(envs.info["env_ids"]) <= memory
 
@@ -133,8 +136,8 @@ def kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None) -> N
     store = Store(root, endpoint_url=endpoint)
     run = ["run", "--run-id", run_id, "--store", root, *[a for o in OVERRIDES for a in ("--set", o)]]
     finished = kill_during_rollouts(spade_command(*run), env, store, run_id, tmp_path / "killed.log")
-    assert read_marker(store, run_id, 1, "hint") is not None and read_marker(store, run_id, 1, "rollout") is None
-    kept = store.read_bytes(store.table_path("episodes", run_id, 1, "rollout", finished))
+    assert read_marker(store, run_id, 1, "hint") is not None and read_marker(store, run_id, 1, "rollout-s0") is None
+    kept = store.read_bytes(store.table_path("episodes", run_id, 1, "rollout-s0", finished))
 
     status = subprocess.run(
         spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True
@@ -153,7 +156,7 @@ def kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None) -> N
     (summary,) = json.loads(resumed.stdout.strip().splitlines()[-1])
     check_resumed_generation(store, run_id, summary)
     # The shard finished before the kill was reused from its marker: its file was not rewritten.
-    assert store.read_bytes(store.table_path("episodes", run_id, 1, "rollout", finished)) == kept
+    assert store.read_bytes(store.table_path("episodes", run_id, 1, "rollout-s0", finished)) == kept
 
     again = subprocess.run(
         spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True

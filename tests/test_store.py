@@ -123,7 +123,7 @@ def test_reading_an_empty_table_gives_typed_empty_frame(store: Store) -> None:
 
 
 def test_checkpoint_and_run_paths(store: Store) -> None:
-    assert store.checkpoint_dir("r", 3).endswith("checkpoints/run=r/gen=3")
+    assert store.checkpoint_dir("r", 3).endswith("checkpoints/run=r/step=3")
     store.write_text(store.run_dir("r") + "/config.yaml", "seed: 0\n")
     assert store.read_bytes(store.run_dir("r") + "/config.yaml") == b"seed: 0\n"
 

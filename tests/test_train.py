@@ -1,4 +1,5 @@
-"""GRPO training from stored rollouts on the tiny model (CPU): masks, real updates, checkpoints, bad inputs."""
+"""GRPO training from stored rollouts on the tiny model (CPU): masks, advantages, real updates, one optimizer
+carried across steps, truncated importance sampling, checkpoints, bad inputs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from spade_core.checkpoints import (
     checkpoint_complete,
-    model_for_generation,
+    model_for_step,
     model_path_for_checkpoint,
     read_marker,
 )
@@ -27,7 +28,7 @@ from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.llm.hf import TransformersGenerator
 from spade_core.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store import Store
-from spade_core.train import build_batch, train_generation
+from spade_core.train import build_batch, train_step
 from spade_core.train_data import AGENT, DESIGNER
 from spade_core.train_launch import accelerate_command, launch_training
 
@@ -57,7 +58,8 @@ def _episodes(tiny_generator: TransformersGenerator) -> pd.DataFrame:
     tok = tiny_generator.tokenizer
     rows = RolloutEngine(oracle, rollout, params, call_timeout_s=3.0, tokenizer=tok).run(oracle_specs)
     rows += RolloutEngine(tiny_generator, rollout, params, call_timeout_s=3.0).run(model_specs + hinted)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    return frame.assign(policy_step=0) if "logprobs" in frame.columns else frame.assign(logprobs=None, policy_step=0)
 
 
 def _designs() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -75,9 +77,9 @@ def _designs() -> tuple[pd.DataFrame, pd.DataFrame]:
     designs = pd.DataFrame(
         [
             {**common, "design_id": "des1", "completion": f"```python\n{code}```", "code": code}
-            | {"env_id": env.env_id, "model_ref": "base", "attempt": 0},
+            | {"env_id": env.env_id, "model_ref": "base", "attempt": 0, "policy_step": 0},
             {**common, "design_id": "des2", "completion": "I cannot write code.", "code": None}
-            | {"env_id": None, "model_ref": "base", "attempt": 0},
+            | {"env_id": None, "model_ref": "base", "attempt": 0, "policy_step": 0},
         ]
     )
     scores = pd.DataFrame(
@@ -112,12 +114,16 @@ def generation_frames(tiny_generator: TransformersGenerator) -> dict[str, pd.Dat
 
 
 # The pipeline stage that writes each table: the trainer reads only those stages' files.
-STAGE_OF = {"episodes": "rollout", "designs": "design", "validations": "validate", "env_scores": "score"}
+STAGE_OF = {"episodes": "rollout-s0", "designs": "design", "validations": "validate", "env_scores": "score"}
 
 
 def _store_generation(store: Store, frames: dict[str, pd.DataFrame], gen: int = 1) -> None:
     for table, frame in frames.items():
         store.write_table(table, frame, run_id=RUN, gen=gen, stage=STAGE_OF[table])
+    pool = pd.DataFrame(
+        [{"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code} for e in ENVS]
+    )
+    store.write_table("pool", pool.assign(source="replay"), run_id=RUN, gen=gen, stage="pool")
 
 
 def _params(path: str) -> dict[str, torch.Tensor]:
@@ -137,15 +143,20 @@ def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_model
     _store_generation(store, generation_frames)
     cfg = _cfg(str(tmp_path))
     gen = TransformersGenerator(tiny_model_dir, device="cpu", dtype="float32")
-    batch = build_batch(cfg, store, RUN, 1, gen.tokenizer)
+    batch = build_batch(cfg, store, RUN, 1, 0, gen.tokenizer)
     episodes = generation_frames["episodes"]
     no_hint = episodes[episodes["condition"] == "no_hint"]
     assert len(batch.samples(AGENT)) == len(no_hint) == 4  # hinted plays are never trained on
-    assert len(batch.samples(DESIGNER)) == 2 and batch.block_size == 2
+    assert len(batch.samples(DESIGNER)) == 2
     for row in no_hint.itertuples():
-        group = [s for s in batch.samples(AGENT) if s.group == f"agent:{row.env_id}:{row.seed}"]
+        group = [s for s in batch.samples(AGENT) if s.group == f"agent:{row.env_id}"]
         sample = next(s for s in group if s.prompt_ids + s.completion_ids == list(row.token_ids))
-        assert sample.reward == row.episode_return
+        assert sample.reward == row.episode_return and sample.source_id == row.episode_id
+        # The advantage is SPADE's z-score over the plays of the environment at this step.
+        rewards = [s.reward for s in group]
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+        assert sample.advantage == pytest.approx((sample.reward - mean) / (std + 1e-8))
         trained = [t for t, m in zip(sample.completion_ids, sample.env_mask, strict=True) if m]
         agent_text = "".join(t["content"] for t in row.transcript if t["role"] == "assistant")
         decoded = gen.tokenizer.decode(trained, skip_special_tokens=True)
@@ -166,21 +177,61 @@ def test_full_finetuning_step_changes_weights_and_checkpoint_generates(
     store = Store(str(tmp_path))
     _store_generation(store, generation_frames)
     cfg = _cfg(str(tmp_path))
-    summary = train_generation(cfg, store, RUN, 1)
-    assert summary.kind == "full" and summary.steps >= 1, summary
+    summary = train_step(cfg, store, RUN, 1, 0)
+    assert summary.kind == "full" and summary.steps == 1, summary
     assert summary.agent_samples == 4 and summary.designer_samples == 2
     assert checkpoint_complete(store, RUN, 1)
     path = model_path_for_checkpoint(cfg, store, RUN, 1)
-    assert model_for_generation(cfg, store, RUN, 2) == path  # generation 2 plays with checkpoint 1
+    assert model_for_step(cfg, store, RUN, 1) == path  # step 1 plays with checkpoint 1
+    assert {"optimizer.pt", "scheduler.pt"} <= set(read_marker(store, RUN, 1)["files"])
     before, after = _params(tiny_model_dir), _params(path)
     changed = sum(not torch.equal(before[k], after[k]) for k in before)
     assert changed > len(before) // 2, f"only {changed}/{len(before)} tensors changed"
     assert (Path(path) / "tokenizer.json").is_file() or (Path(path) / "tokenizer_config.json").is_file()
     assert isinstance(_generates(path), str)
     metrics = store.read_table("train_metrics", run_id=RUN, gen=1)
-    assert set(metrics["role"]) == {AGENT, DESIGNER}
+    assert set(metrics["role"]) == {AGENT, DESIGNER} and set(metrics["step"]) == {0}
     assert metrics["loss"].map(math.isfinite).all() and (metrics["tokens"] > 0).all()
-    assert store.fs.glob(f"{store.run_dir(RUN)}/tensorboard/gen=1/**/events.out.tfevents.*")
+    assert (metrics["learning_rate"] == 1e-4).all()  # constant schedule
+    assert (metrics["tis_weight_mean"] == 1.0).all()  # no behaviour log-probs stored: no correction
+    samples = store.read_table("train_samples", run_id=RUN, gen=1)
+    assert len(samples) == 6 and set(samples["role"]) == {AGENT, DESIGNER}
+    assert set(samples[samples["role"] == AGENT]["source_id"]) == set(generation_frames["episodes"].query(
+        "condition == 'no_hint'")["episode_id"])  # fmt: skip
+    assert store.fs.glob(f"{store.run_dir(RUN)}/tensorboard/step=0/**/events.out.tfevents.*")
+
+
+def test_one_optimizer_carries_across_steps_and_a_resumed_step_gives_the_same_weights(
+    generation_frames, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    store = Store(str(tmp_path))
+    _store_generation(store, generation_frames)
+    # Step 1 plays again (the same stored plays stand in for it here).
+    step1 = generation_frames["episodes"].assign(policy_step=1)
+    store.write_table("episodes", step1, run_id=RUN, gen=1, stage="rollout-s1")
+    cfg = _cfg(str(tmp_path), "designer.train=false")
+    train_step(cfg, store, RUN, 1, 0)
+    train_step(cfg, store, RUN, 1, 1)  # loads checkpoint 1's optimizer state
+    optimizer = torch.load(Path(store.checkpoint_dir(RUN, 2)) / "optimizer.pt", weights_only=True)
+    assert {int(v["step"]) for v in optimizer["state"].values()} == {2}  # AdamW's own count: two updates
+    first = _params(model_path_for_checkpoint(cfg, store, RUN, 2))
+    # "Kill" after step 0 and resume: step 1 again, from checkpoint 1 and its optimizer state.
+    store.remove_dir(store.checkpoint_dir(RUN, 2))
+    train_step(cfg, store, RUN, 1, 1)
+    again = _params(model_path_for_checkpoint(cfg, store, RUN, 2))
+    assert all(torch.allclose(first[k], again[k], rtol=0, atol=1e-7) for k in first)
+
+
+def test_truncated_importance_weights_are_capped_when_the_behaviour_policy_differs(generation_frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = Store(str(tmp_path))
+    frames = dict(generation_frames)
+    # A behaviour policy far less confident than the trained one: exp(logp_train - logp_behaviour) >> high.
+    frames["episodes"] = frames["episodes"].assign(logprobs=[[-50.0] * len(t) for t in frames["episodes"]["token_ids"]])
+    _store_generation(store, frames)
+    cfg = _cfg(str(tmp_path), "designer.train=false", "training.tis_high=1.5")
+    train_step(cfg, store, RUN, 1, 0)
+    metrics = store.read_table("train_metrics", run_id=RUN, gen=1)
+    assert metrics["tis_weight_mean"].tolist() == [1.5] and metrics["tis_clipped_fraction"].tolist() == [1.0]
 
 
 def test_lora_under_accelerate_launch_on_s3_loads_back(
@@ -190,7 +241,7 @@ def test_lora_under_accelerate_launch_on_s3_loads_back(
     _store_generation(store, generation_frames)
     cfg = _cfg(s3_bucket, f"store.endpoint_url={s3_endpoint}", "training.lora=true", "training.lora_r=4")
     lines: list[str] = []
-    summary = launch_training(cfg, store, RUN, 1, echo=lines.append)
+    summary = launch_training(cfg, store, RUN, 1, 0, echo=lines.append)
     assert summary.kind == "lora" and summary.steps >= 1, "\n".join(lines[-20:])
     marker = read_marker(store, RUN, 1)
     assert "adapter_config.json" in marker["files"] and "model.safetensors" not in marker["files"]
@@ -203,10 +254,10 @@ def test_lora_under_accelerate_launch_on_s3_loads_back(
 def test_generation_without_trainable_samples_is_reported_not_crashed(tmp_path, tiny_model_dir) -> None:  # type: ignore[no-untyped-def]
     store = Store(str(tmp_path))
     cfg = _cfg(str(tmp_path))
-    summary = train_generation(cfg, store, RUN, 1)  # nothing stored at all
+    summary = train_step(cfg, store, RUN, 1, 0)  # nothing stored at all
     assert summary.kind == "unchanged" and "no trainable samples" in (summary.skipped_reason or "")
     assert checkpoint_complete(store, RUN, 1)
-    assert model_for_generation(cfg, store, RUN, 2) == model_path_for_checkpoint(cfg, store, RUN, 0)
+    assert model_for_step(cfg, store, RUN, 1) == model_path_for_checkpoint(cfg, store, RUN, 0)
 
 
 def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -215,7 +266,7 @@ def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tm
     frames["episodes"] = frames["episodes"].assign(episode_return=0.0)
     frames["env_scores"] = frames["env_scores"].assign(designer_reward=0.0)
     _store_generation(store, frames)
-    summary = train_generation(_cfg(str(tmp_path)), store, RUN, 1)
+    summary = train_step(_cfg(str(tmp_path)), store, RUN, 1, 0)
     assert summary.kind == "unchanged" and summary.zero_variance_groups == 3
     assert "zero reward variance" in (summary.skipped_reason or "")
     assert store.read_table("train_metrics", run_id=RUN).empty
@@ -223,16 +274,16 @@ def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tm
 
 def test_accelerate_command_uses_the_named_config_and_rejects_unknown_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cfg = _cfg(str(tmp_path), "training.accelerate_config=ddp-8gpu.yaml")
-    cmd = accelerate_command(cfg, "c.yaml", RUN, 3)
+    cmd = accelerate_command(cfg, "c.yaml", RUN, 3, 1)
     assert cmd[cmd.index("--config_file") + 1].endswith("data/accelerate/ddp-8gpu.yaml")
-    assert cmd[-6:] == ["--run-id", RUN, "--gen", "3", "--config", "c.yaml"]
+    assert cmd[-8:] == ["--run-id", RUN, "--gen", "3", "--step", "1", "--config", "c.yaml"]
     with pytest.raises(FileNotFoundError, match=r"'nope\.yaml' not found; files in data/accelerate/: .*ddp-8gpu"):
-        accelerate_command(_cfg(str(tmp_path), "training.accelerate_config=nope.yaml"), "c.yaml", RUN, 1)
+        accelerate_command(_cfg(str(tmp_path), "training.accelerate_config=nope.yaml"), "c.yaml", RUN, 1, 0)
 
 
 def test_spade_train_cli_reports_a_generation_with_nothing_to_train(tmp_path) -> None:  # type: ignore[no-untyped-def]
     result = CliRunner().invoke(app, ["train", "--run-id", RUN, "--gen", "1", "--store", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "gen 1: no update (no trainable samples" in result.output
+    assert "gen 1 step 0: no update (no trainable samples" in result.output
     bad = CliRunner().invoke(app, ["train", "--run-id", RUN, "--gen", "0", "--store", str(tmp_path)])
     assert bad.exit_code == 2 and "--gen must be >= 1" in bad.output

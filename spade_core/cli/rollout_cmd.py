@@ -52,7 +52,11 @@ def rollout(
         rows = engine.run(specs, on_turn=lambda done, total: bar.update(task, completed=done))
     generator.close()
     if st is not None and run_id is not None:
-        written = st.write_table("episodes", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="rollout-cli")
+        frame = pd.DataFrame(rows)
+        if "logprobs" not in frame.columns:
+            frame["logprobs"] = None
+        frame["policy_step"] = -1  # the configured model, not a checkpoint of the run's steps
+        written = st.write_table("episodes", frame, run_id=run_id, gen=gen, stage="rollout-cli")
         typer.echo(f"wrote {written.rows} episodes to {written.path}", err=True)
     names = {env_id_for(code): str(p) for p, code in zip(paths, read_env_files(paths), strict=True)}
     for row in rows:

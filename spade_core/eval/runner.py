@@ -219,10 +219,11 @@ def evaluate_checkpoint(
     max_new_tokens: int | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Evaluate checkpoint ``gen`` of ``run_id`` and write its rows to ``evals`` (one file per suite).
+    """Evaluate the checkpoint that ends generation ``gen`` of ``run_id`` and write its rows to ``evals``.
 
-    Gen 0 is the base model ``cfg.model.name_or_path``; gen g >= 1 is the checkpoint that generation g wrote
-    (``store.checkpoint_dir(run_id, g)``), located by ``spade_core.checkpoints.model_path_for_checkpoint``.
+    Gen 0 is the base model ``cfg.model.name_or_path``; gen g >= 1 is checkpoint ``g · K`` (the weights after
+    the generation's K steps, ``store.checkpoint_dir(run_id, g · K)``), located by
+    ``spade_core.checkpoints.model_path_for_checkpoint``.
     Rows land at ``run={run_id}/gen={gen}`` with stage ``eval-{suite}``; a rerun replaces them.
 
     Args:
@@ -233,10 +234,11 @@ def evaluate_checkpoint(
     from spade_core.eval import resolve_suites
 
     resolved = resolve_suites(list(suites) if suites is not None else list(cfg.evaluation.suites))
-    checkpoint = str(cfg.model.name_or_path) if gen == 0 else store.checkpoint_dir(run_id, gen)
+    step = gen * cfg.training.steps_per_generation
+    checkpoint = str(cfg.model.name_or_path) if gen == 0 else store.checkpoint_dir(run_id, step)
     owned = generator is None
     if generator is None:
-        generator = _checkpoint_generator(cfg, store, run_id, gen)
+        generator = _checkpoint_generator(cfg, store, run_id, step)
     try:
         frame = evaluate(
             generator,
@@ -256,9 +258,9 @@ def evaluate_checkpoint(
     return frame
 
 
-def _checkpoint_generator(cfg: Any, store: Any, run_id: str, gen: int) -> Generator:
+def _checkpoint_generator(cfg: Any, store: Any, run_id: str, step: int) -> Generator:
     from spade_core.checkpoints import model_path_for_checkpoint
     from spade_core.llm import make_generator
 
-    path = model_path_for_checkpoint(cfg, store, run_id, gen)
+    path = model_path_for_checkpoint(cfg, store, run_id, step)
     return make_generator(cfg.model.model_copy(update={"name_or_path": str(path)}))

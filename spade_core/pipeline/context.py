@@ -32,9 +32,11 @@ class GenerationContext:
     store: Store
     run_id: str
     gen: int
+    stage: str = ""  # the executing stage instance (``rollout-s1``): the name its files are written under
     shard: int | None = None
     upstream: dict[str, StageRecord] = field(default_factory=dict)  # input records by stage name
     echo: Callable[[str], None] | None = None  # where a stage's subprocess output goes (a logger)
+    step: int | None = None  # the step k within the generation, for the per-step stages
     written: list[WrittenFile] = field(default_factory=list)  # every file written by this execution
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -47,9 +49,32 @@ class GenerationContext:
     def shard_size(self) -> int:
         return self.cfg.orchestration.shard_size
 
-    def execution(self, shard: int | None = None, upstream: dict[str, StageRecord] | None = None) -> GenerationContext:
+    def execution(
+        self,
+        stage: str = "",
+        shard: int | None = None,
+        upstream: dict[str, StageRecord] | None = None,
+        step: int | None = None,
+    ) -> GenerationContext:
         """A fresh context for one execution: its ``written`` list is exactly that execution's files."""
-        return GenerationContext(self.cfg, self.store, self.run_id, self.gen, shard, dict(upstream or {}), self.echo)
+        return GenerationContext(
+            self.cfg, self.store, self.run_id, self.gen, stage, shard, dict(upstream or {}), self.echo, step
+        )
+
+    @property
+    def steps(self) -> int:
+        """K: the steps of each generation (``training.steps_per_generation``)."""
+        return self.cfg.training.steps_per_generation
+
+    @property
+    def first_step(self) -> int:
+        """The global step at which this generation starts: ``(gen - 1) · K``."""
+        return (self.gen - 1) * self.steps
+
+    @property
+    def global_step(self) -> int:
+        """The global step of this execution: ``(gen - 1) · K + k`` (the first step for stages without one)."""
+        return self.first_step + (self.step or 0)
 
     def write(self, table: str, frame: pd.DataFrame, stage: str, shard: int | str = 0) -> pd.DataFrame:
         """Write ``frame`` as this generation's (stage, shard) file of ``table`` (empty: schema only)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from spade_core.config import SpadeConfig
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord
-from spade_core.pipeline.registry import PREVIOUS, stages_for
+from spade_core.pipeline.registry import previous_names, stages_for
 from spade_core.pipeline.stage import (
     GeneratorLease,
     execute,
@@ -27,7 +27,7 @@ def run_generation(
 ) -> dict[str, StageRecord]:
     """Run (or reuse) every stage of generation ``gen``; returns the whole-stage records by stage name."""
     ctx = GenerationContext(cfg, store, run_id, gen)
-    previous = previous_records(ctx, set(PREVIOUS))
+    previous = previous_records(ctx, previous_names(cfg))
     records: dict[str, StageRecord] = {}
     for stage in stages_for(cfg, gen):
         upstream = upstream_for(stage, records, previous)

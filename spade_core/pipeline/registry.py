@@ -1,7 +1,12 @@
 """The one list of a generation's stages, in pipeline order (docs/DESIGN.md §10).
 
     documents → design → validate (sharded over design shards) → novelty (optional) → pool → hint
-    → rollout (sharded over pool blocks) → score → memory → train → evaluate (when due)
+    → [ rollout (sharded over pool blocks) → score → memory → train ] × K steps → evaluate (when due)
+
+The per-step stages (``rollout``, ``train``) run once per step ``k`` of the generation as the instances
+``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them, run in step 0 only (the
+regret and the memory come from the pool's first plays). :func:`stages_for` expands the declarations into
+the instances of one generation, in order.
 
 The Prefect flow (``flows/generation.py``), ``spade status`` and the local runner
 (:mod:`spade_core.pipeline.local`) iterate :data:`STAGES`. Adding a stage is one module under
@@ -10,7 +15,10 @@ The Prefect flow (``flows/generation.py``), ``spade status`` and the local runne
 
 from __future__ import annotations
 
+import dataclasses
+
 from spade_core.config import SpadeConfig
+from spade_core.pipeline.names import STEP_STAGES, instance_name
 from spade_core.pipeline.stage import Stage
 from spade_core.pipeline.stages import (
     design,
@@ -39,24 +47,73 @@ STAGES: tuple[Stage, ...] = (
     Stage("novelty", novelty.run, ("validate",), ("memory",), applies=novelty.applies),
     Stage("pool", pool.run, ("validate", "novelty"), ("memory", "train")),
     Stage("hint", hint.run, ("pool",), uses_model=True, retried=True),
-    Stage("rollout", rollout.run, ("pool", "hint"), uses_model=True, retried=True, shard_by="pool"),
+    Stage(
+        "rollout",
+        rollout.run,
+        ("pool", "hint"),
+        uses_model=True,
+        retried=True,
+        shard_by="pool",
+        per_step=True,
+        carry=("train",),
+    ),
     Stage("score", score.run, ("design", "validate", "novelty", "pool", "rollout")),
     Stage("memory", memory.run, ("score",)),
-    Stage("train", train.run, ("memory", "rollout", "score"), retried=True, exclusive=True),
+    Stage(
+        "train",
+        train.run,
+        ("memory", "rollout", "score"),
+        retried=True,
+        exclusive=True,
+        per_step=True,
+        carry=("train",),
+    ),
     Stage("evaluate", evaluate.run, ("train",), retried=True, exclusive=True, applies=evaluate.due),
 )
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
-PREVIOUS: frozenset[str] = frozenset(name for s in STAGES for name in s.previous)
+if {s.name for s in STAGES if s.per_step} != set(STEP_STAGES):
+    raise RuntimeError(f"per-step stages {sorted(s.name for s in STAGES if s.per_step)} != names.STEP_STAGES")
+
+
+def _instance(stage: Stage, step: int | None, last: int) -> Stage:
+    """``stage`` in step ``step`` (None: outside the step block, where per-step inputs mean the last step)."""
+    at = step if step is not None else last
+    inputs = tuple(instance_name(x, at) for x in stage.inputs)
+    if stage.per_step and step:
+        inputs += tuple(instance_name(x, step - 1) for x in stage.carry)
+    return dataclasses.replace(
+        stage,
+        name=instance_name(stage.name, step),
+        inputs=inputs,
+        previous=tuple(instance_name(x, last) for x in stage.previous),
+        step=step,
+    )
 
 
 def stages_for(cfg: SpadeConfig, gen: int) -> list[Stage]:
-    """The stages generation ``gen`` of a run with ``cfg`` runs, in order."""
-    return [s for s in STAGES if s.applies(cfg, gen)]
+    """The stage instances generation ``gen`` of a run with ``cfg`` runs, in order (see the module doc)."""
+    applying = [s for s in STAGES if s.applies(cfg, gen)]
+    stepped = [i for i, s in enumerate(applying) if s.per_step]
+    last = cfg.training.steps_per_generation - 1
+    if not stepped:
+        return [_instance(s, None, last) for s in applying]
+    first, end = stepped[0], stepped[-1] + 1
+    out = [_instance(s, None, last) for s in applying[:first]]
+    for k in range(last + 1):
+        out += [_instance(s, k, last) for s in applying[first:end] if s.per_step or k == 0]
+    return out + [_instance(s, None, last) for s in applying[end:]]
 
 
-def stage(name: str) -> Stage:
-    """The stage called ``name``; an unknown name is an error listing the stages."""
+def previous_names(cfg: SpadeConfig) -> set[str]:
+    """The instance names of generation ``gen - 1``'s stages that some stage of ``gen`` depends on."""
+    last = cfg.training.steps_per_generation - 1
+    return {instance_name(name, last) for s in STAGES for name in s.previous}
+
+
+def stage(name: str, cfg: SpadeConfig | None = None, gen: int = 1) -> Stage:
+    """The stage (instance) called ``name``; an unknown name is an error listing the stages."""
+    known = {s.name: s for s in stages_for(cfg, gen)} if cfg is not None else BY_NAME
     try:
-        return BY_NAME[name]
+        return known[name]
     except KeyError:
-        raise KeyError(f"unknown stage {name!r}; stages: {', '.join(BY_NAME)}") from None
+        raise KeyError(f"unknown stage {name!r}; stages: {', '.join(known)}") from None

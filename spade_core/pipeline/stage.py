@@ -57,6 +57,12 @@ class Stage:
             (None: not sharded).
         exclusive: needs the machine to itself (the trainer): held models are released before it runs.
         applies: whether the stage runs in generation ``gen`` of a run with this config.
+        per_step: runs once per step ``k`` of the generation (``training.steps_per_generation``), as the
+            instance ``{name}-s{k}``; the stages declared between the first and the last per-step stage
+            run in step 0 only.
+        carry: per-step stages of step ``k - 1`` this one depends on (step ``k`` plays with the weights
+            step ``k - 1`` trained).
+        step: set on an instance: the step ``k`` within the generation it belongs to (None: no step).
     """
 
     name: str
@@ -68,6 +74,9 @@ class Stage:
     shard_by: str | None = None
     exclusive: bool = False
     applies: Callable[[SpadeConfig, int], bool] = always
+    per_step: bool = False
+    carry: tuple[str, ...] = ()
+    step: int | None = None
 
 
 class LazyGenerator:
@@ -123,14 +132,14 @@ def execute(
     shard: int | None = None,
 ) -> StageRecord:
     """Reuse the stage's (or shard's) complete artifact, or run its body and write the marker."""
-    return _resumable(ctx, stage.name, shard, upstream, stage.body, lease)
+    return _resumable(ctx, stage.name, shard, upstream, stage.body, lease, stage.step)
 
 
 def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> StageRecord:
     """The whole-stage marker of a sharded stage, once every shard is done (its inputs are the shards)."""
     upstream = {r.name: r for r in shards}
     info = {"shards": len(shards), "rows": _sum_rows(shards)}
-    return _resumable(ctx, stage.name, None, upstream, lambda run, model: info, None)
+    return _resumable(ctx, stage.name, None, upstream, lambda run, model: info, None, stage.step)
 
 
 def _resumable(
@@ -140,6 +149,7 @@ def _resumable(
     upstream: dict[str, StageRecord],
     body: Body,
     lease: GeneratorLease | None,
+    step: int | None,
 ) -> StageRecord:
     inputs = digests(*upstream.values())
     bound = artifact_hash(ctx.cfg)
@@ -147,7 +157,7 @@ def _resumable(
     if found is not None and found.inputs == inputs and found.artifact_hash == bound:
         return found.model_copy(update={"status": "reused"})
     started = time.perf_counter()
-    run = ctx.execution(shard, upstream)
+    run = ctx.execution(name, shard, upstream, step)
     with ExitStack() as stack:
         model = LazyGenerator(lease, stack)
         info = body(run, cast(Generator, model)) or {}

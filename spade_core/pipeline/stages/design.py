@@ -56,7 +56,7 @@ def design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator
                 completion=completions[p * group + g].text,
                 model_ref=generator.model_ref,
             )
-            rows.append({**row, "attempt": 0})
+            rows.append({**row, "attempt": 0, "policy_step": ctx.first_step})
     frame = pd.DataFrame(rows)
     for shard in range(shard_count(len(frame), ctx.shard_size)):
         ctx.write("designs", shard_rows(frame, shard, ctx.shard_size), NAME, shard)

@@ -1,5 +1,6 @@
-"""Evaluate (docs/DESIGN.md §9; every ``evaluation.every`` generations): checkpoint ``gen`` on the held-out
-suites. A generation that wrote no checkpoint records the stage as a no-op with its reason."""
+"""Evaluate (docs/DESIGN.md §9; every ``evaluation.every`` generations): the checkpoint that ends generation
+``gen`` (global step ``gen · K``) on the held-out suites. A generation that wrote no checkpoint records the
+stage as a no-op with its reason."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     from spade_core.checkpoints import checkpoint_complete
     from spade_core.eval import evaluate_checkpoint
 
-    if not checkpoint_complete(ctx.store, ctx.run_id, ctx.gen):
+    if not checkpoint_complete(ctx.store, ctx.run_id, ctx.gen * ctx.steps):
         return {"skipped_reason": f"generation {ctx.gen} wrote no checkpoint (training.enabled is false)"}
     frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen)
     means = frame.groupby("suite")["score"].mean().round(4).to_dict() if not frame.empty else {}

@@ -11,14 +11,14 @@ from sandbox.session import EnvSession, run_parallel
 from spade_core.hints import clean_hint, hint_messages, hint_row
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages.rollout import play_seeds
+from spade_core.pipeline.stages.rollout import hint_seeds
 from spade_core.validate import limits_from_config
 
 NAME = "hint"
 
 
-def _solutions(ctx: GenerationContext, code: str) -> list[str]:
-    """Reference solutions of the seeds that will be played (for leak detection), from the jail."""
+def _solutions(ctx: GenerationContext, env_id: str, code: str) -> list[str]:
+    """Reference solutions of the seeds the hinted plays will use (for leak detection), from the jail."""
     out = []
     with EnvSession(
         code,
@@ -27,7 +27,7 @@ def _solutions(ctx: GenerationContext, code: str) -> list[str]:
         call_timeout_s=ctx.cfg.validation.call_timeout_s,
     ) as session:
         if session.open().ok:
-            for seed in play_seeds(ctx):
+            for seed in hint_seeds(ctx, env_id):
                 if session.reset(seed).ok and (sol := session.solution()).ok:
                     out.append(str(sol.data["solution"]))
     return out
@@ -39,11 +39,19 @@ def hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> p
         return pd.DataFrame()
     max_words = ctx.cfg.rollout.hint_max_words
     requests = [GenerationRequest(messages=hint_messages(e.code, e.kind, max_words)) for e in envs.itertuples()]
-    params = SamplingParams.from_config(ctx.cfg.model, max_new_tokens=max(32, 2 * max_words), seed=ctx.seed + 2)
+    rollout = ctx.cfg.rollout
+    budget = rollout.hint_max_new_tokens or max(32, 2 * max_words)
+    params = SamplingParams.from_config(
+        ctx.cfg.model, max_new_tokens=budget, temperature=rollout.hint_temperature, seed=ctx.seed + 2
+    )
     replies = generator.generate(requests, params)
-    solutions = run_parallel(lambda code: _solutions(ctx, code), list(envs["code"]), ctx.cfg.validation.parallel_jails)
+    solutions = run_parallel(
+        lambda env: _solutions(ctx, env[0], env[1]),
+        list(zip(envs["env_id"], envs["code"], strict=True)),
+        ctx.cfg.validation.parallel_jails,
+    )
     rows = [
-        hint_row(e.env_id, clean_hint(r.text, max_words), sols, generator.model_ref)
+        {**hint_row(e.env_id, clean_hint(r.text, max_words), sols, generator.model_ref), "policy_step": ctx.first_step}
         for e, r, sols in zip(envs.itertuples(), replies, solutions, strict=True)
     ]
     return pd.DataFrame(rows)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.verdicts import final_designs
 from spade_core.scoring import score_environments
 
@@ -42,7 +43,8 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
         designs = pd.DataFrame(columns=["design_id", "skill", "env_id", "ok"])
     else:
         designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
-    episodes = ctx.read("episodes", ["rollout"], EPISODE_COLUMNS)[EPISODE_COLUMNS]
+    # The pool's first plays (step 0: the hinted plays and the first no-hint plays) give win rate and regret.
+    episodes = ctx.read("episodes", [instance_name("rollout", 0)], EPISODE_COLUMNS)[EPISODE_COLUMNS]
     scores = score_environments(episodes, scored_envs(designs, ctx.pool()), ctx.cfg.scoring)
     ctx.write("env_scores", scores, NAME)
     return {"rows": len(scores)}

@@ -1,6 +1,8 @@
-"""Train (docs/DESIGN.md §7 step 9): the GRPO update under ``accelerate launch`` → checkpoint ``gen``.
+"""Train (docs/DESIGN.md §7): step ``k`` of the generation — one optimizer step under ``accelerate launch``
+on the step's plays, from checkpoint ``s`` to checkpoint ``s + 1`` (``s = (gen-1)·K + k``).
 
-A complete checkpoint is reused; with ``training.enabled`` false the stage records why nothing was trained.
+A complete checkpoint ``s + 1`` is reused; with ``training.enabled`` false the stage records why nothing
+was trained.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     from spade_core.checkpoints import read_marker as read_checkpoint
     from spade_core.train_launch import TrainSummary, launch_training
 
-    if checkpoint_complete(ctx.store, ctx.run_id, ctx.gen):
-        summary = TrainSummary.from_dict(read_checkpoint(ctx.store, ctx.run_id, ctx.gen).get("summary", {}))
+    written = ctx.global_step + 1
+    if ctx.cfg.training.enabled and checkpoint_complete(ctx.store, ctx.run_id, written):
+        summary = TrainSummary.from_dict(read_checkpoint(ctx.store, ctx.run_id, written).get("summary", {}))
     else:
-        summary = launch_training(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, echo=ctx.echo)
-    return {"summary": summary.to_dict(), "line": summary.line()}
+        summary = launch_training(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, ctx.step or 0, echo=ctx.echo)
+    return {"summary": summary.to_dict(), "line": summary.line(), "checkpoint_step": written}

@@ -67,7 +67,7 @@ def _repair(
             completion=reply.text,
             model_ref=d.model_ref,
         )
-        rows.append({**row, "attempt": attempt})
+        rows.append({**row, "attempt": attempt, "policy_step": ctx.first_step})
     return pd.DataFrame(rows)
 
 

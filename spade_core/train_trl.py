@@ -1,0 +1,224 @@
+"""SPADE's seams into TRL's ``GRPOTrainer`` (docs/DESIGN.md §7.2): stored samples in, one optimizer step out.
+
+- ``rollout_func`` (:class:`StoredRollouts`) hands out the *stored* samples of the step: prompt ids,
+  completion ids, ``env_mask`` (1 on the model's own tokens, so multi-turn episodes train only on what the
+  agent wrote), the behaviour log-probs, and the advantage SPADE computed.
+- :func:`spade_trainer_class` is the one minimal subclass, and says why: TRL computes advantages itself
+  (centred over ``num_generations`` consecutive rows) and applies an importance correction only when it
+  drives vLLM itself. The subclass replaces TRL's advantages with the stored ones and multiplies each
+  token's advantage by its truncated importance weight ``clamp(exp(logp_train - logp_behaviour), low,
+  high)`` — TRL accepts advantages of shape (B, T) from subclasses, and for every clipped-surrogate loss a
+  non-negative per-token factor on the advantage is the same as on the per-token loss. Tokens without a
+  behaviour log-prob keep weight 1.
+- :class:`OptimizerState` loads the run's one AdamW state (and its scheduler) when training begins, so the
+  optimizer carries from step to step across processes (docs/DESIGN.md §7: one optimizer for the run).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from spade_core.train_data import AGENT, DESIGNER, Batch, Sample
+
+MICRO_GROUP = 2  # TRL's num_generations: rows handed out per dataset row (advantages are SPADE's own)
+
+
+class StoredRollouts:
+    """TRL ``rollout_func``: hands out the stored samples instead of generating.
+
+    The dataset has one row per pair of samples; TRL repeats each row ``num_generations`` (2) times
+    consecutively and the i-th repeat gets the pair's i-th sample. The batch is padded to ``total`` samples
+    with copies whose ``env_mask`` is all zero (no loss, no gradient), so one optimizer step covers it.
+    """
+
+    def __init__(self, batch: Batch, total: int) -> None:
+        samples = batch.samples()
+        pad = [_padding(samples[i % len(samples)]) for i in range(total - len(samples))] if samples else []
+        rows = samples + pad
+        self.padded = len(pad)
+        self.pairs = {f"b{i}": rows[i : i + MICRO_GROUP] for i in range(0, len(rows), MICRO_GROUP)}
+        self.handed_out = 0
+
+    def dataset(self) -> Any:
+        from datasets import Dataset
+
+        # The pair id rides on the prompt message: TRL shuffles the rows and passes the prompts through.
+        return Dataset.from_list([{"prompt": [{"role": "user", "content": k, "block": k}]} for k in self.pairs])
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        seen: dict[str, int] = {}
+        keys = ("prompt_ids", "completion_ids", "env_mask", "reward", "advantage", "role", "logprobs")
+        out: dict[str, list[Any]] = {k: [] for k in keys}
+        for prompt in prompts:
+            key = prompt[0]["block"]
+            sample = self.pairs[key][seen.get(key, 0) % len(self.pairs[key])]
+            seen[key] = seen.get(key, 0) + 1
+            out["prompt_ids"].append(sample.prompt_ids)
+            out["completion_ids"].append(sample.completion_ids)
+            out["env_mask"].append(sample.env_mask)
+            out["reward"].append(sample.reward)
+            out["advantage"].append(sample.advantage)
+            out["role"].append(sample.role)
+            out["logprobs"].append(sample.logprobs or [math.nan] * len(sample.completion_ids))
+        self.handed_out += len(prompts)
+        if all(all(math.isnan(x) for x in lp) for lp in out["logprobs"]):
+            return {**out, "logprobs": None}  # type: ignore[dict-item]
+        return out
+
+
+def _padding(sample: Sample) -> Sample:
+    from dataclasses import replace
+
+    return replace(sample, env_mask=[0] * len(sample.completion_ids), advantage=0.0, source_id="")
+
+
+def stored_reward(completions: list[Any], reward: list[float], role: list[str], **kwargs: Any) -> list[float | None]:
+    """The stored reward of each sample (TRL logs it; the advantage is SPADE's); per-role reward stats.
+
+    >>> stored_reward(["a", "b"], reward=[0.0, 1.0], role=["agent", "agent"])
+    [0.0, 1.0]
+    """
+    log_metric = kwargs.get("log_metric")
+    if log_metric is not None:
+        for name in (AGENT, DESIGNER):
+            values = [r for r, ro in zip(reward, role, strict=True) if ro == name]
+            if values:
+                mean = sum(values) / len(values)
+                log_metric(f"{name}/reward_mean", mean)
+                log_metric(f"{name}/reward_std", math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
+    return [float(r) for r in reward]
+
+
+def spade_trainer_class(tis_low: float, tis_high: float) -> Any:
+    """``GRPOTrainer`` with SPADE's advantages and truncated importance sampling (see the module doc)."""
+    import torch
+    from trl import GRPOTrainer
+
+    class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+        tis_bounds = (tis_low, tis_high)
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            device = out["completion_ids"].device
+            advantages = torch.tensor([float(x["advantage"]) for x in inputs], dtype=torch.float32, device=device)
+            loss_mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+            weights = self._tis_weights(out, loss_mask)
+            out["advantages"] = advantages.unsqueeze(1) * weights
+            return out
+
+        def _tis_weights(self, out: dict[str, Any], loss_mask: Any) -> Any:
+            behaviour = out.get("sampling_per_token_logps")
+            if behaviour is None:
+                self._log_tis(torch.ones_like(loss_mask, dtype=torch.float32), loss_mask, clipped=None)
+                return torch.ones_like(loss_mask, dtype=torch.float32)
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                train_logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    ids,
+                    attention,
+                    out["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
+            known = ~torch.isnan(behaviour)
+            raw = torch.exp(torch.where(known, train_logps - torch.nan_to_num(behaviour), torch.zeros_like(behaviour)))
+            weights = torch.clamp(raw, min=self.tis_bounds[0], max=self.tis_bounds[1])
+            self._log_tis(weights, loss_mask, clipped=(raw != weights) & known)
+            return weights
+
+        def _log_tis(self, weights: Any, loss_mask: Any, clipped: Any) -> None:
+            mask = loss_mask.bool()
+            count = max(int(mask.sum().item()), 1)
+            self._metrics["train"]["tis/weight_mean"].append(float(weights[mask].sum().item()) / count)
+            fraction = 0.0 if clipped is None else float((clipped & mask).sum().item()) / count
+            self._metrics["train"]["tis/clipped_fraction"].append(fraction)
+
+    return SpadeGRPOTrainer
+
+
+class OptimizerState:
+    """Loads and saves the run's one optimizer (AdamW) and its scheduler across optimizer steps."""
+
+    FILES = ("optimizer.pt", "scheduler.pt")
+
+    def __init__(self, source: Path | None) -> None:
+        self.source = source  # a checkpoint directory holding optimizer.pt / scheduler.pt, or None (fresh)
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        carried = self
+
+        class LoadOptimizer(TrainerCallback):  # type: ignore[misc]
+            """At train begin (the optimizer exists and is prepared), load the carried state."""
+
+            def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                carried.load(kwargs["optimizer"], kwargs["lr_scheduler"])
+
+        return LoadOptimizer()
+
+    def load(self, optimizer: Any, scheduler: Any) -> None:
+        import torch
+
+        if self.source is None:
+            return
+        optimizer.load_state_dict(torch.load(self.source / "optimizer.pt", map_location="cpu", weights_only=True))
+        scheduler.load_state_dict(torch.load(self.source / "scheduler.pt", map_location="cpu", weights_only=True))
+
+    @staticmethod
+    def save(trainer: Any, out: Path) -> None:
+        import torch
+
+        os.makedirs(out, exist_ok=True)
+        torch.save(trainer.optimizer.state_dict(), out / "optimizer.pt")
+        torch.save(trainer.lr_scheduler.state_dict(), out / "scheduler.pt")
+
+
+def grpo_args(cfg: Any, batch: Batch, output_dir: str, num_processes: int) -> tuple[Any, int]:
+    """``GRPOConfig`` for exactly one optimizer step over the whole batch, and the padded sample count.
+
+    Micro-batches of ``training.per_device_batch_size`` (rounded up to even) per process, with as many
+    gradient-accumulation steps as the batch needs. AdamW with the run's settings; TRL's own advantage
+    scaling off (``scale_rewards="none"``; the subclass replaces its advantages anyway).
+    """
+    import torch
+    from trl import GRPOConfig
+
+    t = cfg.training
+    micro = math.ceil(t.per_device_batch_size / MICRO_GROUP) * MICRO_GROUP
+    per_step = micro * num_processes
+    accumulation = max(1, math.ceil(len(batch.samples()) / per_step))
+    on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available()
+    args = GRPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        num_generations=MICRO_GROUP,
+        max_steps=1,
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_schedule,
+        warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay,
+        adam_beta1=t.adam_beta1,
+        adam_beta2=t.adam_beta2,
+        optim="adamw_torch",
+        scale_rewards="none",
+        loss_type=t.loss_type,
+        epsilon=t.epsilon,
+        epsilon_high=t.epsilon_high,
+        beta=t.beta,
+        bf16=bool(on_gpu and t.bf16),
+        use_cpu=not on_gpu,
+        gradient_checkpointing=bool(t.gradient_checkpointing),
+        logging_steps=1,
+        save_strategy="no",
+        report_to=["tensorboard"],
+        seed=cfg.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    return args, per_step * accumulation
