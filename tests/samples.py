@@ -99,11 +99,11 @@ ROWS: dict[str, dict[str, Any]] = {
         "tis_weight_mean": 0.98,
         "tis_clipped_fraction": 0.01,
     },
-    "train_samples": {
+    "train_samples": {  # the first key varies per row in frame(): the source id
+        "source_id": "ep1",
         "step": 3,
         "role": "agent",
         "group_id": "agent:e1",
-        "source_id": "ep1",
         "env_id": "e1",
         "skill": "optimization",
         "reward": 1.0,

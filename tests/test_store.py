@@ -165,7 +165,9 @@ def test_empty_frame_is_written_as_a_schema_only_file(store: Store) -> None:
     assert written.rows == 0 and len(written.digest) == 16
     assert store.table_files("hints", "r", 1) == [written.path]
     back = store.read_table("hints", "r", 1)
-    assert back.empty and list(back.columns) == ["run_id", "gen", "env_id", "hint", "leaks_solution", "model_ref"]
+    assert back.empty and list(back.columns) == [
+        "run_id", "gen", "env_id", "hint", "leaks_solution", "model_ref", "policy_step"
+    ]  # fmt: skip
 
 
 def test_stage_filter_reads_only_the_named_stages_of_a_partition(store: Store) -> None:
