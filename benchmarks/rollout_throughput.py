@@ -1,10 +1,13 @@
 """Rollout throughput: the engine against pure batched generation and one-episode-at-a-time, with the same
-model and token budget. Targets (DESIGN.md §11): >= 0.8x generation and >= 4x sequential, in generated
-tokens per second. The last line is machine-readable:
+model and token budget. Targets (docs/DESIGN.md §11): >= 0.8x generation and >= 4x sequential, in generated
+tokens per second. (b) and (a) keep each episode's KV cache between turns (``rollout.reuse_kv_cache``)
+unless ``--no-reuse``; (c), the baseline, never does. Also printed: the tokens prefilled per turn with and
+without reuse, the most KV-cache tokens kept at once, and the process's peak RSS (run once with and once
+without ``--no-reuse`` to compare). The last line is machine-readable:
 
     ratio_vs_generation=<b/a> ratio_vs_sequential=<b/c>
 
-    .venv/bin/python benchmarks/rollout_throughput.py [--episodes 16] [--turns 3] [--tokens 32]
+    .venv/bin/python benchmarks/rollout_throughput.py [--episodes 16] [--turns 3] [--tokens 32] [--no-reuse]
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 import argparse
 import os
+import resource
 import time
+from collections.abc import Iterable
 
 from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
@@ -36,13 +41,36 @@ class Recorder:
         self.supports_token_prompts = inner.supports_token_prompts
         self.tokenizer = inner.tokenizer
         self.batches: list[tuple[list[GenerationRequest], SamplingParams]] = []
+        self.completions: list[list[Completion]] = []
+        self.seconds: list[float] = []
+        self.peak_kept_tokens = 0
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         self.batches.append((requests, params))
-        return self.inner.generate(requests, params)
+        t0 = time.perf_counter()
+        self.completions.append(self.inner.generate(requests, params))
+        self.seconds.append(round(time.perf_counter() - t0, 1))
+        self.peak_kept_tokens = max(self.peak_kept_tokens, self.inner.kept_tokens)
+        return self.completions[-1]
+
+    def release(self, keys: Iterable[str]) -> None:
+        self.inner.release(keys)
 
     def close(self) -> None:
         pass
+
+    def prefilled_per_turn(self) -> tuple[list[int], list[int]]:
+        """Per generate call: the prompt tokens actually prefilled, and those a full prefill would take."""
+        fed = [sum(c.prompt_tokens - c.cached_tokens for c in call) for call in self.completions]
+        return fed, [sum(c.prompt_tokens for c in call) for call in self.completions]
+
+
+def kv_bytes_per_token(generator: TransformersGenerator) -> int:
+    """Keys and values of one token over every layer."""
+    cfg = generator.model.config
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return int(2 * cfg.num_hidden_layers * heads * head_dim * generator.model.dtype.itemsize)
 
 
 def main() -> None:
@@ -51,6 +79,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3, help="max turns per episode")
     parser.add_argument("--tokens", type=int, default=32, help="max new tokens per turn")
     parser.add_argument("--sequential", type=int, default=4, help="episodes played one at a time for (c)")
+    parser.add_argument("--no-reuse", action="store_true", help="(b) and (a) re-prefill every turn, as (c)")
     args = parser.parse_args()
 
     cfg = load_config("tiny")
@@ -61,12 +90,15 @@ def main() -> None:
     specs = [
         EpisodeSpec(games[i % len(games)].env_id, games[i % len(games)].code, seed=i) for i in range(args.episodes)
     ]
-    rollout_cfg = RolloutConfig(max_turns=args.turns, max_tokens_per_turn=args.tokens, max_context_tokens=4096)
+    rollout_cfg = RolloutConfig(
+        max_turns=args.turns, max_tokens_per_turn=args.tokens, max_context_tokens=4096, reuse_kv_cache=not args.no_reuse
+    )
     sampling = SamplingParams(temperature=cfg.model.temperature, seed=0)
     engine = RolloutEngine(generator, rollout_cfg, sampling, jail_workers=cfg.validation.parallel_jails)
     print(
         f"model {generator.model_ref} on {generator.device}, torch threads {os.cpu_count()} cores; "
-        f"{args.episodes} game episodes x <= {args.turns} turns x <= {args.tokens} tokens"
+        f"{args.episodes} game episodes x <= {args.turns} turns x <= {args.tokens} tokens; "
+        f"KV-cache reuse {'off' if args.no_reuse else 'on'} for (b) and (a)"
     )
 
     engine.run(specs[:2])  # warm-up: first calls allocate
@@ -83,6 +115,13 @@ def main() -> None:
         f"(b) rollout engine, batched:        {b_tokens:6d} tokens in {b_seconds:6.1f} s = {b:7.1f} tok/s "
         f"({len(recorder.batches)} generate calls)"
     )
+    fed, whole = recorder.prefilled_per_turn()
+    print(f"    prefilled tokens per turn: {fed} with reuse {'off' if args.no_reuse else 'on'}; {whole} without")
+    print(f"    seconds per turn (generate call): {recorder.seconds}")
+    print(
+        f"    KV cache kept between turns: peak {recorder.peak_kept_tokens} tokens "
+        f"= {recorder.peak_kept_tokens * kv_bytes_per_token(generator) / 2**20:.0f} MiB"
+    )
 
     # (a) pure batched generation of the same work: the exact batches of prompts the engine sent, replayed
     # without environments, jails or bookkeeping.
@@ -90,9 +129,11 @@ def main() -> None:
     for batch, params in recorder.batches:
         a_tokens += sum(len(c.token_ids) for c in generator.generate(batch, params))
     a = a_tokens / (time.perf_counter() - t0)
+    generator.release(r.cache_slot.key for batch, _ in recorder.batches for r in batch if r.cache_slot is not None)
     print(f"(a) pure batched generation:        {a_tokens:6d} tokens in {a_tokens / a:6.1f} s = {a:7.1f} tok/s")
 
     engine.stats.generated_tokens = 0
+    engine.cfg = rollout_cfg.model_copy(update={"reuse_kv_cache": False})  # (c) as it always was
     t0 = time.perf_counter()
     for spec in specs[: args.sequential]:
         engine.run([spec])
@@ -102,6 +143,8 @@ def main() -> None:
         f"(c) one episode at a time ({args.sequential} eps): {c_tokens:6d} tokens in {c_tokens / c:6.1f} s "
         f"= {c:7.1f} tok/s"
     )
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    print(f"peak RSS of this process: {peak_rss:.2f} GiB")
     print(f"ratio_vs_generation={b / a:.2f} ratio_vs_sequential={b / c:.2f}")
 
 

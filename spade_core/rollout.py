@@ -7,12 +7,18 @@ model call ends that episode with an ``error_type`` and return 0 and never stops
 
 For training, each episode keeps the token ids of the whole conversation and a loss mask: 1 on the
 agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.chat_tokens`).
+
+With ``rollout.reuse_kv_cache`` each episode's requests name it by a :class:`CacheSlot` (a fresh key per
+episode, bounded by ``rollout.max_context_tokens``), so a backend that keeps KV caches prefills only what
+the last turn added; the engine releases an episode's slot as soon as the episode is over. The tokens,
+and so the loss masks, are the same either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +29,7 @@ from sandbox.session import EnvSession, run_parallel
 from spade_core.agent_prompts import first_observation, system_prompt
 from spade_core.chat_tokens import ChatTokens
 from spade_core.config import RolloutConfig, SpadeConfig
-from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
+from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
 from spade_core.validate import limits_from_config
 
 CONDITIONS = ("no_hint", "hint")
@@ -60,6 +66,7 @@ class _Episode:
     error_type: str | None = None
     error: str | None = None
     generated_tokens: int = 0
+    cache_key: str | None = None  # the slot its KV cache is kept under, until released
 
     def fail(self, error_type: str, message: str | None) -> None:
         self.error_type, self.error, self.done = error_type, message, True
@@ -77,6 +84,8 @@ class RolloutStats:
     turns: int = 0
     generate_calls: int = 0
     generated_tokens: int = 0
+    prompt_tokens: int = 0  # summed over every request: what a full prefill of each turn would feed
+    cached_tokens: int = 0  # of those, served from a kept KV cache instead of prefilled
     errors: dict[str, int] = field(default_factory=dict)
 
 
@@ -169,7 +178,25 @@ class RolloutEngine:
             prompt_ids=list(episode.token_ids) if token_prompt else None,
             tools=tools,
             seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),  # plays of one env must differ
+            cache_slot=self._cache_slot(episode) if token_prompt else None,
         )
+
+    def _cache_slot(self, episode: _Episode) -> CacheSlot | None:
+        """The episode's KV-cache slot: a key of its own (never its episode id, which repeats across runs
+        and duplicate specs), bounded by the context limit that ends the episode anyway."""
+        if not self.cfg.reuse_kv_cache:
+            return None
+        if episode.cache_key is None:
+            episode.cache_key = uuid.uuid4().hex
+        return CacheSlot(episode.cache_key, self.cfg.max_context_tokens)
+
+    def _release(self, episodes: Sequence[_Episode]) -> None:
+        """Free the kept KV caches of episodes that are over (once per episode)."""
+        keys = [e.cache_key for e in episodes if e.cache_key is not None]
+        for e in episodes:
+            e.cache_key = None
+        if keys and isinstance(self.generator, KVCacheOwner):
+            self.generator.release(keys)
 
     def _record_reply(self, episode: _Episode, completion: Completion) -> bool:
         """Append the agent's reply (tokens with mask 1); returns whether it ended with end-of-turn."""
@@ -228,10 +255,13 @@ class RolloutEngine:
                 )
                 for (episode, _, eos), result in zip(stepping, results, strict=True):
                     self._record_step(episode, result, eos)
+                self._release([e for e in live if e.done])
+                self._count_prompts(completions)
                 self.stats.turns += 1
                 if on_turn is not None:
                     on_turn(sum(e.done for e in episodes), len(episodes))
         finally:
+            self._release(episodes)
             run_parallel(lambda e: e.session.close(), episodes, self.jail_workers)
         rows = [self._row(e) for e in episodes]
         self.stats.episodes += len(rows)
@@ -240,6 +270,10 @@ class RolloutEngine:
             if e.error_type:
                 self.stats.errors[e.error_type] = self.stats.errors.get(e.error_type, 0) + 1
         return rows
+
+    def _count_prompts(self, completions: Sequence[Completion]) -> None:
+        self.stats.prompt_tokens += sum(c.prompt_tokens for c in completions)
+        self.stats.cached_tokens += sum(c.cached_tokens for c in completions)
 
     def _row(self, episode: _Episode) -> dict[str, Any]:
         has_tokens = bool(episode.token_ids)
@@ -257,16 +291,3 @@ class RolloutEngine:
             "token_ids": episode.token_ids if has_tokens else None,
             "loss_mask": episode.loss_mask if has_tokens else None,
         }
-
-
-def plan_episodes(
-    env_id: str, code: str, cfg: RolloutConfig, hint: str | None, base_seed: int = 0
-) -> list[EpisodeSpec]:
-    """The paper's plays for one environment: G no-hint and (with a hint) M hinted plays per seed."""
-    specs = []
-    for s in range(cfg.seeds_per_env):
-        seed = base_seed + s
-        specs += [EpisodeSpec(env_id, code, seed, "no_hint", None, p) for p in range(cfg.plays_no_hint)]
-        if hint:
-            specs += [EpisodeSpec(env_id, code, seed, "hint", hint, p) for p in range(cfg.plays_hint)]
-    return specs

@@ -15,7 +15,7 @@ from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import SamplingParams
-from spade_core.rollout import EpisodeSpec, RolloutEngine, plan_episodes
+from spade_core.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store import Store
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -64,7 +64,8 @@ def test_unmasked_tokens_are_the_chat_template_rendering(tiny_rows, tiny_generat
 
 
 def test_rows_match_the_episodes_schema(tiny_rows, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    Store(str(tmp_path)).write_table("episodes", pd.DataFrame(tiny_rows), run_id="r", gen=1, stage="rollout")
+    frame = pd.DataFrame(tiny_rows).assign(logprobs=None, policy_step=0)  # the two the rollout stage adds
+    Store(str(tmp_path)).write_table("episodes", frame, run_id="r", gen=1, stage="rollout")
     assert len(Store(str(tmp_path)).read_table("episodes")) == 4
 
 
@@ -77,12 +78,10 @@ def test_return_is_last_reward_if_terminated_else_zero(tiny_rows) -> None:  # ty
 
 
 def test_hint_is_a_separate_paragraph_of_the_first_observation(tiny_generator) -> None:  # type: ignore[no-untyped-def]
-    specs = plan_episodes(
-        GAME.env_id,
-        GAME.code,
-        RolloutConfig(plays_no_hint=1, plays_hint=1, max_turns=1, max_tokens_per_turn=8),
-        "Look at differences.",
-    )
+    specs = [
+        EpisodeSpec(GAME.env_id, GAME.code, 0, "no_hint"),
+        EpisodeSpec(GAME.env_id, GAME.code, 0, "hint", "Look at differences."),
+    ]
     rows = engine(tiny_generator, RolloutConfig(max_turns=1, max_tokens_per_turn=8)).run(specs)
     first = {r["condition"]: r["transcript"][1]["content"] for r in rows}
     assert first["hint"] == first["no_hint"] + "\n\nHINT: Look at differences."

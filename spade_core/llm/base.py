@@ -2,10 +2,16 @@
 
 A request carries chat ``messages`` and, for backends that accept them, the exact ``prompt_ids`` to
 continue (the rollout engine keeps every episode as token ids so training sees exactly what the model saw).
+
+A multi-turn caller may also name the conversation a request continues (``cache_slot``): a backend that
+keeps KV caches (the ``transformers`` one) then prefills only the tokens added since that conversation's
+previous call, and frees the cache on :meth:`KVCacheOwner.release`. Backends that cannot reuse caches
+ignore the slot; the completion is the same either way (exact under greedy decoding, docs/DESIGN.md §8).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,12 +40,26 @@ class SamplingParams:
         return cls(**base)
 
 
+@dataclass(frozen=True)
+class CacheSlot:
+    """Where a backend may keep one conversation's KV cache between calls.
+
+    ``key`` names the conversation (unique among those live at once on one generator); ``max_tokens`` bounds
+    the cache kept under it: a conversation that grows past it loses its cache, and its next call is a full
+    prefill.
+    """
+
+    key: str
+    max_tokens: int
+
+
 @dataclass
 class GenerationRequest:
     messages: list[dict[str, str]]
     prompt_ids: list[int] | None = None
     tools: list[dict[str, Any]] | None = None
     seed: int | None = None  # per-request sampling seed (server backends); identical prompts must differ
+    cache_slot: CacheSlot | None = None  # the conversation this prompt continues, for KV-cache reuse
 
 
 @dataclass
@@ -49,6 +69,7 @@ class Completion:
     logprobs: list[float] | None = None
     finish_reason: str = "stop"  # "stop" (end of turn or stop string) | "length"
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from a kept KV cache instead of prefilled again
     error: str | None = None  # set when this one request failed (the batch still completes)
 
 
@@ -62,3 +83,16 @@ class Generator(Protocol):
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class KVCacheOwner(Protocol):
+    """A generator that keeps KV caches under :class:`CacheSlot` keys between calls.
+
+    Contract: a cache is only ever reused for a prompt that starts with the tokens it was computed from
+    (a key that names a different conversation costs a full prefill, never a wrong answer); a caller
+    releases a key once its conversation is over, and the backend frees that memory at once. Releasing an
+    unknown key is a no-op.
+    """
+
+    def release(self, keys: Iterable[str]) -> None: ...
