@@ -78,7 +78,9 @@ def test_bad_overrides_fail_with_one_line(overrides: list[str], fragment: str) -
 
 
 def test_unknown_preset_names_the_available_ones() -> None:
-    with pytest.raises(ConfigError, match="unknown preset 'huge'; available: gpu-1x, gpu-8x, paper-games, paper-tool-use, tiny"):
+    with pytest.raises(
+        ConfigError, match="unknown preset 'huge'; available: gpu-1x, gpu-8x, paper-games, paper-tool-use, tiny"
+    ):
         load_config("huge")
 
 
