@@ -83,7 +83,10 @@ class ModelConfig(_Section):
     temperature: float = Field(0.6, ge=0.0, le=2.0, description="Sampling temperature [paper: 0.6].")
     top_p: float = Field(0.95, gt=0.0, le=1.0, description="Nucleus sampling [0.95].")
     top_k: int | None = Field(
-        20, ge=1, description="Top-k sampling [20]; None = off (a backend without top-k ignores it)."
+        20,
+        ge=1,
+        description="Top-k sampling [20]; None = off. The openai backend sends it as vLLM/SGLang's extra "
+        "`top_k` field: set None for a server that rejects it.",
     )
     max_new_tokens: int = Field(1024, gt=0, description="Tokens per generation call.")
     batch_size: int = Field(32, gt=0, description="Max sequences per batched generate call.")

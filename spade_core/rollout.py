@@ -34,6 +34,7 @@ from spade_core.validate import limits_from_config
 
 CONDITIONS = ("no_hint", "hint")
 MAX_STEP_WORKERS = 32
+NAN = float("nan")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class _Episode:
     messages: list[dict[str, str]] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
+    # the behaviour policy's log-prob of each agent token (0 on environment tokens, NaN when unknown)
+    logprobs: list[float] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     terminated: bool = False
     done: bool = False
@@ -104,7 +107,11 @@ class RolloutEngine:
     ) -> None:
         self.generator = generator
         self.cfg = cfg
-        self.sampling = SamplingParams(**{**sampling.__dict__, "max_new_tokens": cfg.max_tokens_per_turn})
+        # Log-probs of every sampled token are kept: they are the behaviour policy for truncated importance
+        # sampling at training time.
+        self.sampling = SamplingParams(
+            **{**sampling.__dict__, "max_new_tokens": cfg.max_tokens_per_turn, "logprobs": True}
+        )
         self.limits = limits
         self.call_timeout_s = call_timeout_s
         self.tokenizer = tokenizer if tokenizer is not None else getattr(generator, "tokenizer", None)
@@ -149,6 +156,7 @@ class RolloutEngine:
         if chat is not None:
             episode.token_ids = chat.prompt(episode.messages)
             episode.loss_mask = [0] * len(episode.token_ids)
+            episode.logprobs = [0.0] * len(episode.token_ids)
         return episode
 
     def _open_safely(self, spec: EpisodeSpec) -> _Episode:
@@ -205,8 +213,11 @@ class RolloutEngine:
         if chat is not None:
             if not ids:  # a server backend returned text only: tokenize it
                 ids = chat.completion_ids(completion.text, stopped=completion.finish_reason == "stop")
+            sampled = completion.logprobs
             episode.token_ids += ids
             episode.loss_mask += [1] * len(ids)
+            # A log-prob per sampled token, or NaN where the backend gave none (or retokenized the text).
+            episode.logprobs += list(sampled) if sampled is not None and len(sampled) == len(ids) else [NAN] * len(ids)
         episode.generated_tokens += len(ids)
         episode.messages.append({"role": "assistant", "content": completion.text})
         return bool(ids) and chat is not None and ids[-1] == chat.eos_id
@@ -228,6 +239,7 @@ class RolloutEngine:
             env_ids = chat.after_assistant(history, reply, ended_with_eos, data["obs"])
             episode.token_ids += env_ids
             episode.loss_mask += [0] * len(env_ids)
+            episode.logprobs += [0.0] * len(env_ids)
         episode.messages.append({"role": "user", "content": data["obs"]})
         if chat is not None and len(episode.token_ids) + self.cfg.max_tokens_per_turn > self.cfg.max_context_tokens:
             episode.done = True  # context budget spent: truncated, return 0
@@ -290,4 +302,5 @@ class RolloutEngine:
             "model_ref": self.generator.model_ref,
             "token_ids": episode.token_ids if has_tokens else None,
             "loss_mask": episode.loss_mask if has_tokens else None,
+            "logprobs": episode.logprobs if has_tokens else None,
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -64,9 +65,18 @@ def test_unmasked_tokens_are_the_chat_template_rendering(tiny_rows, tiny_generat
 
 
 def test_rows_match_the_episodes_schema(tiny_rows, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    frame = pd.DataFrame(tiny_rows).assign(logprobs=None, policy_step=0)  # the two the rollout stage adds
+    frame = pd.DataFrame(tiny_rows).assign(policy_step=0)  # what the rollout stage adds
     Store(str(tmp_path)).write_table("episodes", frame, run_id="r", gen=1, stage="rollout")
     assert len(Store(str(tmp_path)).read_table("episodes")) == 4
+
+
+def test_behaviour_logprobs_are_kept_for_every_agent_token_and_zero_on_environment_text(tiny_rows) -> None:  # type: ignore[no-untyped-def]
+    for row in tiny_rows:
+        logprobs, mask = row["logprobs"], row["loss_mask"]
+        assert len(logprobs) == len(row["token_ids"]) == len(mask)
+        agent = [lp for lp, m in zip(logprobs, mask, strict=True) if m]
+        assert agent and all(math.isfinite(lp) and lp <= 0.0 for lp in agent)  # sampled: a real log-prob
+        assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)
 
 
 def test_return_is_last_reward_if_terminated_else_zero(tiny_rows) -> None:  # type: ignore[no-untyped-def]

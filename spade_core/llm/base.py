@@ -24,6 +24,7 @@ class ModelError(RuntimeError):
 class SamplingParams:
     temperature: float = 0.6
     top_p: float = 1.0
+    top_k: int | None = None  # None: no top-k cut
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
@@ -34,6 +35,7 @@ class SamplingParams:
         base = {
             "temperature": model_cfg.temperature,
             "top_p": model_cfg.top_p,
+            "top_k": model_cfg.top_k,
             "max_new_tokens": model_cfg.max_new_tokens,
         }
         base.update(overrides)

@@ -241,7 +241,7 @@ class TransformersGenerator:
         if cache is not None:
             kwargs["cache"] = cache
         if params.temperature > 0:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         result = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)

@@ -85,6 +85,8 @@ class OpenAIGenerator:
             kwargs["seed"] = seed
         if params.logprobs:
             kwargs["logprobs"] = True
+        if params.top_k:
+            kwargs["extra_body"] = {"top_k": params.top_k}  # vLLM / SGLang sampling extension
         if request.tools:
             kwargs["tools"] = request.tools
         try:
