@@ -147,6 +147,8 @@ def test_rollouts_with_and_without_the_cache_are_identical(tiny_generator) -> No
         assert_same(cached, full)
     for key in ("token_ids", "loss_mask", "transcript", "rewards"):
         assert [r[key] for r in rows] == [r[key] for r in rows_full]
+    for row, row_full in zip(rows, rows_full, strict=True):  # the stored behaviour log-probs too
+        assert row["logprobs"] == pytest.approx(row_full["logprobs"], abs=1e-4)
     assert engine_full.stats.cached_tokens == 0
     assert engine.stats.cached_tokens > 0.6 * (engine.stats.prompt_tokens - sum(c.prompt_tokens for c in spy.calls[0]))
     assert tiny_generator.kept_tokens == 0  # every finished episode's cache was freed
