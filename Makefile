@@ -12,6 +12,8 @@ PYTEST_ARGS ?=
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
+# A loaded 2-core machine can take longer than Prefect's default to start its temporary server.
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
 .PHONY: demo test lint system-deps test-system-deps clean help
 

@@ -148,7 +148,9 @@ def test_evaluate_checkpoint_writes_the_evals_table(tiny_generator, tmp_path: Pa
     ]
     assert len(table) == 6 and set(table["gen"]) == {0, 1}
     assert set(table[table["gen"] == 0]["checkpoint"]) == {"embedded"} == set(base["checkpoint"])
-    assert set(table[table["gen"] == 1]["checkpoint"]) == {store.checkpoint_dir("run-a", 1)}
+    # Generation 1 ends at global step K: its checkpoint is step K's.
+    k = cfg.training.steps_per_generation
+    assert set(table[table["gen"] == 1]["checkpoint"]) == {store.checkpoint_dir("run-a", k)}
     assert table[table["gen"] == 1]["passed"].all()
     summary = summarize(table)
     assert list(summary.columns) == ["gen", "checkpoint", "suite", "items", "pass@1", "mean_score"]

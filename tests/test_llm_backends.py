@@ -258,8 +258,9 @@ def test_server_that_dies_at_startup_reports_its_log() -> None:
 
 
 def test_sampling_params_from_config() -> None:
-    cfg = SimpleNamespace(temperature=0.3, top_p=0.9, max_new_tokens=77)
-    assert SamplingParams.from_config(cfg, seed=4) == SamplingParams(0.3, 0.9, 77, (), 4, False)
+    cfg = SimpleNamespace(temperature=0.3, top_p=0.9, top_k=20, max_new_tokens=77)
+    expected = SamplingParams(temperature=0.3, top_p=0.9, top_k=20, max_new_tokens=77, seed=4)
+    assert SamplingParams.from_config(cfg, seed=4) == expected
 
 
 def test_no_server_left_running() -> None:

@@ -90,6 +90,30 @@ def test_a_reused_stage_never_loads_the_model(tmp_path: Path) -> None:
     assert _run(ctx, "hint", body, [], lease).status == "reused" and len(loads) == 1
 
 
+def test_the_lazy_generator_releases_the_kv_caches_of_the_generator_it_leased() -> None:
+    from contextlib import ExitStack
+
+    from spade_core.pipeline.stage import LazyGenerator
+
+    released: list[str] = []
+
+    class Owner:
+        model_ref = "owner"
+
+        def generate(self, requests, params):  # type: ignore[no-untyped-def]
+            return []
+
+        def release(self, keys) -> None:  # type: ignore[no-untyped-def]
+            released.extend(keys)
+
+    with ExitStack() as stack:
+        lazy = LazyGenerator(lambda: contextlib.nullcontext(Owner()), stack)  # type: ignore[arg-type,return-value]
+        lazy.release(["before-use"])  # nothing leased yet: nothing to free, nothing loaded
+        lazy.generate([], None)  # type: ignore[arg-type]
+        lazy.release(["k1", "k2"])
+    assert released == ["k1", "k2"]
+
+
 def test_a_run_id_is_bound_to_the_settings_that_decide_its_artifacts(tmp_path: Path) -> None:
     store = Store(str(tmp_path))
     cfg = load_config("tiny", overrides=[f"store.root={tmp_path}"])

@@ -61,6 +61,8 @@ def spade_env(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[str, 
     env.update(
         PREFECT_HOME=str(tmp_path / "prefect"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        # A loaded 2-core machine can take longer than the default to start the temporary server.
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180",
         PYTHONUNBUFFERED="1",
         **(extra or {}),
     )

@@ -171,7 +171,7 @@ def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_model
     gen.close()
 
 
-def test_full_finetuning_step_changes_weights_and_checkpoint_generates(
+def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(
     generation_frames, tiny_model_dir, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     store = Store(str(tmp_path))
@@ -193,29 +193,23 @@ def test_full_finetuning_step_changes_weights_and_checkpoint_generates(
     assert set(metrics["role"]) == {AGENT, DESIGNER} and set(metrics["step"]) == {0}
     assert metrics["loss"].map(math.isfinite).all() and (metrics["tokens"] > 0).all()
     assert (metrics["learning_rate"] == 1e-4).all()  # constant schedule
-    assert (metrics["tis_weight_mean"] == 1.0).all()  # no behaviour log-probs stored: no correction
+    # Behaviour log-probs were stored by the engine (sampling at temperature 0.6; the oracle's plays have none):
+    # the weights are real, near 1 and within the bounds.
+    assert ((metrics["tis_weight_mean"] > 0.0) & (metrics["tis_weight_mean"] <= 2.0)).all()
     samples = store.read_table("train_samples", run_id=RUN, gen=1)
     assert len(samples) == 6 and set(samples["role"]) == {AGENT, DESIGNER}
     assert set(samples[samples["role"] == AGENT]["source_id"]) == set(generation_frames["episodes"].query(
         "condition == 'no_hint'")["episode_id"])  # fmt: skip
     assert store.fs.glob(f"{store.run_dir(RUN)}/tensorboard/step=0/**/events.out.tfevents.*")
 
-
-def test_one_optimizer_carries_across_steps_and_a_resumed_step_gives_the_same_weights(
-    generation_frames, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
-    store = Store(str(tmp_path))
-    _store_generation(store, generation_frames)
-    # Step 1 plays again (the same stored plays stand in for it here).
+    # One optimizer for the run: step 1 (the same stored plays stand in for its own) continues checkpoint 1's
+    # AdamW state, and redoing step 1 after a "kill" gives the same weights.
     step1 = generation_frames["episodes"].assign(policy_step=1)
     store.write_table("episodes", step1, run_id=RUN, gen=1, stage="rollout-s1")
-    cfg = _cfg(str(tmp_path), "designer.train=false")
-    train_step(cfg, store, RUN, 1, 0)
-    train_step(cfg, store, RUN, 1, 1)  # loads checkpoint 1's optimizer state
+    train_step(cfg, store, RUN, 1, 1)
     optimizer = torch.load(Path(store.checkpoint_dir(RUN, 2)) / "optimizer.pt", weights_only=True)
     assert {int(v["step"]) for v in optimizer["state"].values()} == {2}  # AdamW's own count: two updates
     first = _params(model_path_for_checkpoint(cfg, store, RUN, 2))
-    # "Kill" after step 0 and resume: step 1 again, from checkpoint 1 and its optimizer state.
     store.remove_dir(store.checkpoint_dir(RUN, 2))
     train_step(cfg, store, RUN, 1, 1)
     again = _params(model_path_for_checkpoint(cfg, store, RUN, 2))

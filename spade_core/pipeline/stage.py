@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, cast
 
 from spade_core.config import SpadeConfig
-from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
+from spade_core.llm.base import Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import (
     StageRecord,
@@ -113,6 +113,12 @@ class LazyGenerator:
         self.calls += 1
         self.requests += len(requests)
         return self.inner.generate(requests, params)
+
+    def release(self, keys: Iterable[str]) -> None:
+        """Free the real generator's kept KV caches (an explicit method: a ``KVCacheOwner`` check looks at the
+        class, so forwarding through ``__getattr__`` would go unseen and leak the caches)."""
+        if self._inner is not None and isinstance(self._inner, KVCacheOwner):
+            self._inner.release(keys)
 
     def close(self) -> None:  # the lease owns the real generator
         pass
