@@ -94,7 +94,8 @@ class KVCacheOwner(Protocol):
     Contract: a cache is only ever reused for a prompt that starts with the tokens it was computed from
     (a key that names a different conversation costs a full prefill, never a wrong answer); a caller
     releases a key once its conversation is over, and the backend frees that memory at once. Releasing an
-    unknown key is a no-op.
+    unknown key is a no-op. A wrapper around such a generator defines ``release`` itself: the check looks at
+    the class, so a method forwarded through ``__getattr__`` goes unseen (and the caches would leak).
     """
 
     def release(self, keys: Iterable[str]) -> None: ...
