@@ -132,7 +132,7 @@ def play(tiny_generator: Any, reuse: bool) -> tuple[list[dict[str, Any]], Spy, R
     ]
     cfg = RolloutConfig(max_turns=3, max_tokens_per_turn=10, max_context_tokens=2048, reuse_kv_cache=reuse)
     spy = Spy(tiny_generator)
-    engine = RolloutEngine(spy, cfg, GREEDY, call_timeout_s=3.0)
+    engine = RolloutEngine(spy, cfg, GREEDY, call_timeout_s=10.0)  # a loaded machine is no env timeout
     return engine.run(specs), spy, engine
 
 
