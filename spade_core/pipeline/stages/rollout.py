@@ -22,9 +22,11 @@ from spade_core.shards import shard_rows
 NAME = "rollout"
 
 
-def play_seed(ctx: GenerationContext, env_id: str, condition: str, play: int) -> int:
-    """The environment seed of one play: fresh per run, generation, step, environment, condition and play."""
-    key = f"{ctx.cfg.seed}:{ctx.run_id}:{ctx.gen}:{ctx.step or 0}:{env_id}:{condition}:{play}"
+def play_seed(ctx: GenerationContext, env_id: str, condition: str, play: int, step: int | None = None) -> int:
+    """The environment seed of one play: fresh per run, generation, step (default: the context's), environment,
+    condition and play."""
+    at = ctx.step if step is None else step
+    key = f"{ctx.cfg.seed}:{ctx.run_id}:{ctx.gen}:{at or 0}:{env_id}:{condition}:{play}"
     return int(short_hash(key, 8), 16)
 
 
@@ -49,8 +51,7 @@ def plan(ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame) -> lis
 
 def hint_seeds(ctx: GenerationContext, env_id: str) -> list[int]:
     """The seeds of an environment's hinted plays (whose solutions a hint must not leak)."""
-    at_step0 = ctx.execution(ctx.stage, ctx.shard, ctx.upstream, 0)
-    return [play_seed(at_step0, env_id, "hint", p) for p in range(ctx.cfg.rollout.plays_hint)]
+    return [play_seed(ctx, env_id, "hint", p, step=0) for p in range(ctx.cfg.rollout.plays_hint)]
 
 
 def rollouts(ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator) -> pd.DataFrame:
