@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,12 +57,39 @@ def s3_bucket(s3_endpoint: str) -> str:
     return f"s3://{name}/store"
 
 
+def _ancestors(pid: int) -> set[int]:
+    """The parent chain of ``pid`` (empty once a process is gone)."""
+    chain: set[int] = set()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return chain
+
+
+def _our_jailed_processes() -> list[str]:
+    """Jailed (uid 65534) processes started by this test process, or orphaned: not another session's jails."""
+    out = subprocess.run(["ps", "-u", "65534", "-o", "pid=,ppid=,comm="], capture_output=True, text=True).stdout
+    ours = []
+    for line in out.strip().splitlines():
+        pid, ppid, comm = line.split(None, 2)
+        if int(ppid) == 1 or os.getpid() in _ancestors(int(pid)):
+            ours.append(f"{pid} {comm}")
+    return ours
+
+
 @pytest.fixture
 def jail_processes_checked() -> Iterator[None]:
-    """Fail a test that leaves a jailed (uid 65534) process behind."""
+    """Fail a test that leaves a jailed (uid 65534) process of its own behind (other test runs on the machine
+    are not this test's business)."""
     yield
-    out = subprocess.run(["ps", "-u", "65534", "-o", "pid=,comm="], capture_output=True, text=True).stdout.strip()
-    assert out == "", f"jailed processes left behind: {out}"
+    deadline = time.monotonic() + 5.0  # a jail being torn down may take a moment to go
+    while (left := _our_jailed_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"jailed processes left behind: {left}"
 
 
 @pytest.fixture(scope="session")
