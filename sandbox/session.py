@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.jail import CallResult, JailedProcess
-from sandbox.outcome import ErrorType
+from sandbox.outcome import ErrorType, episode_return
 from sandbox.policy import JailLimits
 
 
@@ -25,8 +25,8 @@ class Replay:
 
     @property
     def episode_return(self) -> float:
-        """The last reward if the episode terminated cleanly, else 0 (docs/DESIGN.md §5)."""
-        return self.rewards[-1] if self.terminated and self.rewards and self.error_type is None else 0.0
+        """clamp(last reward, -1, 1) if the episode terminated cleanly, else 0 (docs/DESIGN.md §5)."""
+        return episode_return(self.rewards, self.terminated) if self.error_type is None else 0.0
 
 
 class EnvSession:

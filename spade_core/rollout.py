@@ -2,8 +2,17 @@
 
 Each turn, every live episode's next prompt goes to the generator in ONE batched call; finished episodes
 leave the batch; the environments then step in parallel (one long-lived jail per episode). Episode
-return per DESIGN.md §5: the last reward if the episode terminated, else 0; a failed environment or
-model call ends that episode with an ``error_type`` and return 0 and never stops the others.
+return per DESIGN.md §5 (the authors' ``spade/core/utils/rewards.py:47-50``): the last reward clamped to
+[-1, 1] if the episode terminated, else 0 (truncated, out of turns or out of context); each row says
+whether it ``terminated``. A failed environment or model call ends that episode with an ``error_type`` and
+return 0 and never stops the others.
+
+A play the environment broke (an error of :data:`sandbox.outcome.ENV_ERROR_TYPES`: it raised, timed out,
+ran out of memory, broke the contract or its jail failed, at load, reset or any step) is played again
+from the start, in a fresh jail with the same seed, up to ``rollout.env_retries`` [1] times; its requests
+then carry other sampling seeds, so the agent's replies need not repeat. Only the last attempt becomes the
+row; one that still fails keeps its ``error_type``, and scoring and training leave it out
+(:mod:`spade_core.scoring`, :func:`spade_core.train_data.agent_samples`). A ``model_error`` is not retried.
 
 For training, each episode keeps the token ids of the whole conversation and a loss mask: 1 on the
 agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.chat_tokens`).
@@ -24,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.jail import CallResult
+from sandbox.outcome import episode_return, is_env_error
 from sandbox.policy import JailLimits
 from sandbox.session import EnvSession, run_parallel
 from spade_core.agent_prompts import first_observation, system_prompt
@@ -70,15 +80,15 @@ class _Episode:
     error: str | None = None
     generated_tokens: int = 0
     cache_key: str | None = None  # the slot its KV cache is kept under, until released
+    attempt: int = 0  # 0 = the first play; k = the k-th retry after the environment broke it
 
     def fail(self, error_type: str, message: str | None) -> None:
         self.error_type, self.error, self.done = error_type, message, True
 
     @property
     def episode_return(self) -> float:
-        if self.error_type is None and self.terminated and self.rewards:
-            return self.rewards[-1]
-        return 0.0
+        """clamp(last reward, -1, 1) if the episode terminated cleanly, else 0 (:func:`episode_return`)."""
+        return episode_return(self.rewards, self.terminated) if self.error_type is None else 0.0
 
 
 @dataclass
@@ -89,7 +99,8 @@ class RolloutStats:
     generated_tokens: int = 0
     prompt_tokens: int = 0  # summed over every request: what a full prefill of each turn would feed
     cached_tokens: int = 0  # of those, served from a kept KV cache instead of prefilled
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)  # error_type -> rows that kept it (after retries)
+    retries: int = 0  # plays started again because the environment broke them
 
 
 class RolloutEngine:
@@ -135,10 +146,11 @@ class RolloutEngine:
         )
 
     # -- episode lifecycle ---------------------------------------------------------------------------
-    def _open(self, spec: EpisodeSpec) -> _Episode:
+    def _open(self, spec: EpisodeSpec, attempt: int = 0) -> _Episode:
         episode = _Episode(
             spec,
             EnvSession(spec.code, max_turns=self.cfg.max_turns, limits=self.limits, call_timeout_s=self.call_timeout_s),
+            attempt=attempt,
         )
         result = episode.session.open()
         if result.ok:
@@ -159,14 +171,29 @@ class RolloutEngine:
             episode.logprobs = [0.0] * len(episode.token_ids)
         return episode
 
-    def _open_safely(self, spec: EpisodeSpec) -> _Episode:
+    def _open_safely(self, spec: EpisodeSpec, attempt: int = 0) -> _Episode:
         """:meth:`_open`, with anything unexpected recorded on the episode instead of raised."""
         try:
-            return self._open(spec)
+            return self._open(spec, attempt)
         except Exception as exc:  # e.g. a tokenizer refusing text: data about this episode only
-            episode = _Episode(spec, EnvSession(spec.code))
+            episode = _Episode(spec, EnvSession(spec.code), attempt=attempt)
             episode.fail("jail_error", f"{type(exc).__name__}: {exc}")
             return episode
+
+    def _retry_broken(self, episodes: list[_Episode]) -> None:
+        """Replace, in place, every episode the environment broke that has retries left by a fresh play of
+        the same spec (a new jail, the same seed); the broken one's jail is closed first."""
+        redo = [i for i, e in enumerate(episodes) if is_env_error(e.error_type) and e.attempt < self.cfg.env_retries]
+        if not redo:
+            return
+        self._release([episodes[i] for i in redo])
+        run_parallel(lambda i: episodes[i].session.close(), redo, self.jail_workers)
+        fresh = run_parallel(
+            lambda i: self._open_safely(episodes[i].spec, episodes[i].attempt + 1), redo, self.jail_workers
+        )
+        for i, episode in zip(redo, fresh, strict=True):
+            episodes[i] = episode
+        self.stats.retries += len(redo)
 
     def _chat(self, episode: _Episode) -> ChatTokens | None:
         if self.tokenizer is None:
@@ -181,6 +208,8 @@ class RolloutEngine:
         tools = episode.session.tools if token_prompt and chat is not None and chat.tools is not None else None
         turn = sum(m["role"] == "assistant" for m in episode.messages)
         key = f"{self.sampling.seed}:{episode.spec.episode_id}:{turn}"
+        if episode.attempt:  # a retry samples afresh: the same replies would likely break it again
+            key += f":retry{episode.attempt}"
         return GenerationRequest(
             messages=list(episode.messages),
             prompt_ids=list(episode.token_ids) if token_prompt else None,
@@ -252,7 +281,11 @@ class RolloutEngine:
         episodes: list[_Episode] = []
         try:
             episodes = run_parallel(self._open_safely, specs, self.jail_workers)
-            while live := [e for e in episodes if not e.done]:
+            while True:
+                self._retry_broken(episodes)
+                live = [e for e in episodes if not e.done]
+                if not live:
+                    break
                 completions = self.generator.generate([self._request(e) for e in live], self.sampling)
                 self.stats.generate_calls += 1
                 stepping: list[tuple[_Episode, str, bool]] = []
@@ -296,6 +329,7 @@ class RolloutEngine:
             "seed": episode.spec.seed,
             "episode_return": episode.episode_return,
             "turns": len(episode.rewards),
+            "terminated": episode.terminated and episode.error_type is None,
             "error_type": episode.error_type,
             "transcript": episode.messages,
             "rewards": episode.rewards,

@@ -61,6 +61,7 @@ def _play_scripted(env: SeedEnv, cfg: SpadeConfig, seed: int, condition: str) ->
         "seed": seed,
         "episode_return": played.episode_return,
         "turns": len(played.rewards),
+        "terminated": played.terminated and played.error_type is None,
         "error_type": played.error_type,
         "transcript": transcript,
         "rewards": played.rewards,

@@ -6,6 +6,31 @@ wait on a dead jail); ``checks`` maps every check that ran to whether it passed,
 the failed check's class: one of the sandbox's (the jail's verdict on the call the check made) or one of
 the validator's own, ``nondeterministic``, ``unsolvable``, ``trivial``, all from the one taxonomy in
 :mod:`sandbox.outcome`. Host-side parsing uses :mod:`ast` only: no generated code runs outside the jail.
+Every step a full-mode check makes must give a reward in the contract's [-1, 1]
+(:data:`~spade_core.envs.contract.REWARD_RANGE`; ``contract_error`` otherwise); the jail itself passes any
+finite reward up to +-10, which the rollout engine clamps.
+
+Two switches (``validation`` in the config):
+
+- ``disabled_checks``: names from :data:`CHECK_NAMES` that are skipped. A skipped check is *not* recorded
+  as passed: it is absent from ``checks`` and listed in ``skipped``, and the stored ``message`` ends with
+  ``[disabled checks: a, b]`` (``validations.checks`` is a map of booleans, so the message carries it). The
+  jail is still loaded before the first jailed check that runs, so with ``one_env_class`` off a load failure
+  fails that next check; a disabled property can still fail a later check that depends on it (a ``reset``
+  that raises fails every check that resets). An unknown name is a :class:`~spade_core.config.ConfigError`
+  from :func:`validate_code` / :func:`validate_many` before any jail starts.
+- ``mode: smoke``: instead of the 8 checks, the authors' smoke test (FIDELITY §3; their
+  ``SyntheticGameEnv._validate_game_execution``), still in the jail: load (our loader: one class with
+  ``reset``, ``step`` and ``solution``, built with ``max_turns``), ``reset(seed=42)`` giving a non-empty
+  observation and an info dict, the 3 test actions ``\\boxed{1}``, ``\\boxed{test}``, ``\\boxed{42}``
+  (stopping when the episode ends) each answered with a 5-tuple whose reward is in [-10, 10], then
+  ``reset(seed=123)``. The result has the same shape; ``checks`` holds the 4 parts of the smoke test
+  (:data:`SMOKE_CHECK_NAMES`, prefixed ``smoke_`` so smoke verdicts are recognisable in the store) and
+  ``error_type`` is the jail's verdict or ``contract_error``. The jail's own contract still applies on top
+  (a ``solution`` method must exist, finite rewards within the host's +-10, 0/1 accepted as flags): the smoke test
+  replaces our checks, not our loader. No solvability, triviality or determinism check runs, as in the
+  paper; the authors' tool-use reset gate and LLM validator are not reproduced. ``disabled_checks`` does not
+  apply in smoke mode (its names are still checked).
 """
 
 from __future__ import annotations
@@ -24,8 +49,8 @@ from sandbox.jail import CallResult
 from sandbox.outcome import ErrorType
 from sandbox.policy import JailLimits
 from sandbox.session import EnvSession, run_parallel
-from spade_core.config import ValidationConfig
-from spade_core.envs.contract import env_id_for, split_actions
+from spade_core.config import ConfigError, ValidationConfig
+from spade_core.envs.contract import REWARD_RANGE, env_id_for, split_actions
 
 
 class CheckFailed(Exception):
@@ -48,6 +73,7 @@ class ValidationResult:
     class_name: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # disabled checks: neither run nor passed
 
     def as_row(self) -> dict[str, Any]:
         return {
@@ -67,6 +93,13 @@ class _Context:
     session: EnvSession
     seeds: Sequence[int] = (0, 1)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    loaded: CallResult | None = None  # the jail's load, once (the first jailed check that runs triggers it)
+
+    def load(self) -> dict[str, Any]:
+        """Load the environment into the jail (once); a failed load fails the check that needed it."""
+        if self.loaded is None:
+            self.loaded = self.session.open()
+        return _require(self.loaded, "loading the environment")
 
 
 def limits_from_config(cfg: ValidationConfig) -> JailLimits:
@@ -116,7 +149,7 @@ def check_parses(ctx: _Context) -> None:
 
 def check_one_env_class(ctx: _Context) -> None:
     """Exactly one class with reset and step, constructible with max_turns (loaded in the jail)."""
-    _require(ctx.session.open(), "loading the environment")
+    ctx.load()
 
 
 def check_reset_types(ctx: _Context) -> None:
@@ -127,17 +160,26 @@ def check_reset_types(ctx: _Context) -> None:
 
 def _check_step_reply(data: dict[str, Any], action: str) -> None:
     reward = data.get("reward")
-    if not isinstance(reward, (int, float)) or not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
-        raise CheckFailed("contract_error", f"step({action[:40]!r}) gave reward {reward!r}, expected [0, 1]")
+    low, high = REWARD_RANGE
+    if not isinstance(reward, (int, float)) or not math.isfinite(reward) or not low <= reward <= high:
+        raise CheckFailed(
+            "contract_error", f"step({action[:40]!r}) gave reward {reward!r}, expected [{low:g}, {high:g}]"
+        )
+
+
+def _step(ctx: _Context, action: str, what: str) -> dict[str, Any]:
+    """One step whose reply must be ok and whose reward must lie in the contract's range (every check)."""
+    data = _require(ctx.session.step(action), what)
+    _check_step_reply(data, action)
+    return data
 
 
 def check_step_accepts_any_string(ctx: _Context) -> None:
-    """step never raises on arbitrary strings and returns the 5-tuple with a finite reward in [0, 1]."""
+    """step never raises on arbitrary strings and returns the 5-tuple with a finite reward in [-1, 1]."""
     for i, action in enumerate(garbage_actions(ctx.rng, ctx.cfg.garbage_actions)):
         if i % 4 == 0:
             _require(ctx.session.reset(ctx.seeds[0]), "reset")
-        data = _require(ctx.session.step(action), f"step({action[:40]!r})")
-        _check_step_reply(data, action)
+        data = _step(ctx, action, f"step({action[:40]!r})")
         if data["terminated"] or data["truncated"]:
             _require(ctx.session.reset(ctx.seeds[0]), "reset")
 
@@ -155,7 +197,7 @@ def check_ends_within_max_turns(ctx: _Context) -> None:
     """An episode of unhelpful actions ends (terminated or truncated) within max_turns steps."""
     _require(ctx.session.reset(ctx.seeds[0]), "reset")
     for _ in range(ctx.session.max_turns):
-        data = _require(ctx.session.step("I am not sure."), "step")
+        data = _step(ctx, "I am not sure.", "step")
         if data["terminated"] or data["truncated"]:
             return
     raise CheckFailed("contract_error", f"episode still running after max_turns={ctx.session.max_turns} steps")
@@ -175,7 +217,7 @@ def check_solution_reaches_goal(ctx: _Context) -> None:
         _require(ctx.session.reset(seed), f"reset(seed={seed})")
         data: dict[str, Any] = {}
         for turn, action in enumerate(actions, 1):
-            data = _require(ctx.session.step(action), f"replaying solution step {turn}")
+            data = _step(ctx, action, f"replaying solution step {turn}")
             if data["terminated"] or data["truncated"]:
                 break
         if not (data.get("terminated") and data.get("reward") == 1.0):
@@ -194,7 +236,7 @@ def check_not_trivial(ctx: _Context) -> None:
     for p, play in enumerate(plays):
         _require(ctx.session.reset(ctx.seeds[p % len(ctx.seeds)]), "reset")
         for action in play:
-            data = _require(ctx.session.step(action), "step")
+            data = _step(ctx, action, "step")
             if data["reward"] >= 1.0:
                 what = "empty actions" if p == 0 else f"random action {action[:40]!r}"
                 raise CheckFailed("trivial", f"{what} reached reward {data['reward']!r}")
@@ -213,22 +255,102 @@ CHECKS: tuple[Callable[[_Context], None], ...] = (
     check_not_trivial,
 )
 CHECK_NAMES = tuple(fn.__name__.removeprefix("check_") for fn in CHECKS)
+_HOST_ONLY = frozenset({"parses"})  # checks that need no jail
+
+
+# -- the authors' smoke test (validation.mode: smoke) -----------------------------------------------------
+SMOKE_RESET_SEED = 42
+SMOKE_REPLAY_SEED = 123
+SMOKE_ACTIONS = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
+SMOKE_REWARD_RANGE = (-10.0, 10.0)
+
+
+def smoke_load(ctx: _Context) -> None:
+    """The source loads: one environment class, constructed with max_turns."""
+    ctx.load()
+
+
+def smoke_reset(ctx: _Context) -> None:
+    """reset(seed=42) returns a non-empty str observation and an info dict."""
+    obs = _require(ctx.session.reset(SMOKE_RESET_SEED), f"reset(seed={SMOKE_RESET_SEED})")["obs"]
+    if not obs:
+        raise CheckFailed("contract_error", f"reset(seed={SMOKE_RESET_SEED}) returned an empty observation")
+
+
+def smoke_steps(ctx: _Context) -> None:
+    """The 3 boxed test actions return 5-tuples with a reward in [-10, 10]; stops when the episode ends."""
+    low, high = SMOKE_REWARD_RANGE
+    for i, action in enumerate(SMOKE_ACTIONS, 1):
+        data = _require(ctx.session.step(action), f"test action {i} {action!r}")
+        reward = data.get("reward")
+        if not isinstance(reward, (int, float)) or not low <= reward <= high:
+            raise CheckFailed(
+                "contract_error", f"test action {i} {action!r} gave reward {reward!r}, expected [{low:g}, {high:g}]"
+            )
+        if data["terminated"] or data["truncated"]:
+            return
+
+
+def smoke_reset_again(ctx: _Context) -> None:
+    """reset(seed=123) works: the environment can be replayed."""
+    _require(ctx.session.reset(SMOKE_REPLAY_SEED), f"reset(seed={SMOKE_REPLAY_SEED})")
+
+
+SMOKE_CHECKS: tuple[Callable[[_Context], None], ...] = (smoke_load, smoke_reset, smoke_steps, smoke_reset_again)
+SMOKE_CHECK_NAMES = tuple(fn.__name__ for fn in SMOKE_CHECKS)
+
+
+def check_disabled_names(names: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` naming an unknown check in ``validation.disabled_checks``.
+
+    >>> check_disabled_names(["not_trivial"])
+    >>> check_disabled_names(["not_trivia"])
+    Traceback (most recent call last):
+    ...
+    spade_core.config.ConfigError: validation.disabled_checks has unknown check 'not_trivia'; checks: \
+parses, one_env_class, reset_types, step_accepts_any_string, deterministic_reset, ends_within_max_turns, \
+solution_reaches_goal, not_trivial
+    """
+    for name in names:
+        if name not in CHECK_NAMES:
+            raise ConfigError(
+                f"validation.disabled_checks has unknown check {name!r}; checks: {', '.join(CHECK_NAMES)}"
+            )
+
+
+def _plan(cfg: ValidationConfig) -> tuple[list[tuple[str, Callable[[_Context], None]]], list[str]]:
+    """The checks to run, in order, and the disabled ones (none in smoke mode)."""
+    if cfg.mode == "smoke":
+        return list(zip(SMOKE_CHECK_NAMES, SMOKE_CHECKS, strict=True)), []
+    disabled = set(cfg.disabled_checks)
+    run = [(name, fn) for name, fn in zip(CHECK_NAMES, CHECKS, strict=True) if name not in disabled]
+    return run, [name for name in CHECK_NAMES if name in disabled]
 
 
 def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequence[int] = (0, 1)) -> ValidationResult:
-    """Run every check on ``code`` in one jail; never raises for a bad environment."""
+    """Run the configured checks on ``code`` in one jail; never raises for a bad environment.
+
+    ``cfg.mode`` picks the 8 checks (``full``, less ``cfg.disabled_checks``) or the authors' smoke test.
+
+    Raises:
+        ConfigError: ``cfg.disabled_checks`` names a check that does not exist.
+    """
     cfg = cfg or ValidationConfig()
+    check_disabled_names(cfg.disabled_checks)
     t0 = time.perf_counter()
     session = EnvSession(
         code, max_turns=cfg.max_turns, limits=limits_from_config(cfg), call_timeout_s=cfg.call_timeout_s
     )
     ctx = _Context(code=code, cfg=cfg, session=session, seeds=seeds)
+    plan, skipped = _plan(cfg)
     checks: dict[str, bool] = {}
     error_type: ErrorType | None = None
     message: str | None = None
     try:
-        for check, name in zip(CHECKS, CHECK_NAMES, strict=True):
+        for name, check in plan:
             try:
+                if name not in _HOST_ONLY:
+                    ctx.load()
                 check(ctx)
             except CheckFailed as failed:
                 checks[name] = False
@@ -237,6 +359,9 @@ def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequenc
             checks[name] = True
     finally:
         session.close()
+    if skipped:
+        note = f"[disabled checks: {', '.join(skipped)}]"
+        message = f"{message} {note}" if message else note
     return ValidationResult(
         env_id=env_id_for(code),
         ok=error_type is None,
@@ -247,12 +372,18 @@ def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequenc
         class_name=session.class_name,
         tools=session.tools,
         seconds=time.perf_counter() - t0,
+        skipped=skipped,
     )
 
 
 def validate_many(codes: Sequence[str], cfg: ValidationConfig | None = None) -> list[ValidationResult]:
-    """Validate many environments, ``cfg.parallel_jails`` at a time, in input order."""
+    """Validate many environments, ``cfg.parallel_jails`` at a time, in input order.
+
+    Raises:
+        ConfigError: ``cfg.disabled_checks`` names a check that does not exist (before any jail starts).
+    """
     cfg = cfg or ValidationConfig()
+    check_disabled_names(cfg.disabled_checks)
     return run_parallel(lambda code: validate_code(code, cfg), codes, cfg.parallel_jails)
 
 

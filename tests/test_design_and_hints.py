@@ -53,21 +53,24 @@ def test_extract_code_falls_back_to_the_longest_python_block() -> None:
 def test_skills_round_robin_over_generations() -> None:
     cfg = DesignerConfig(kind="both", skills_per_generation=3)
     seen = [skills_for_generation(g, cfg) for g in (1, 2, 3)]
-    assert seen[0] == [*GAME_SKILLS[:3], *TOOL_SKILLS[:3]]
-    assert seen[1] == [*GAME_SKILLS[3:], *TOOL_SKILLS[3:]]
+    assert seen[0] == [*GAME_SKILLS[:3], *TOOL_SKILLS]  # games: 3 of 6 in turn; tool use: all 6 [paper]
+    assert seen[1] == [*GAME_SKILLS[3:], *TOOL_SKILLS]
     assert seen[2] == seen[0]
-    assert skills_for_generation(1, DesignerConfig(kind="tool", skills_per_generation=4)) == list(TOOL_SKILLS[:4])
+    tool4 = DesignerConfig(kind="tool", skills_per_generation=1, tool_skills_per_generation=4)
+    assert skills_for_generation(1, tool4) == list(TOOL_SKILLS[:4])
+    assert skills_for_generation(2, tool4) == [*TOOL_SKILLS[4:], *TOOL_SKILLS[:2]]
 
 
 def test_design_prompt_quotes_contract_document_skill_and_memory() -> None:
     good = MemoryEntry("g", "optimization", "game", "class Good: ...", 0.5, 0.3, 1)
-    bad = MemoryEntry("b", "logical_deduction", "game", "class Bad: ...", 0.95, 0.0, 1)
+    bad = MemoryEntry("b", "optimization", "game", "class Bad:\n    def reset(self): ...", 0.95, 0.0, 1)
     messages = design_messages("Ada Lovelace wrote the first program.", "optimization", "hard", [good], [bad])
     user = messages[1]["content"]
     assert messages[0]["role"] == "system"
     assert CONTRACT in user and "Ada Lovelace" in user
     assert "Target skill: optimization. Difficulty: hard" in user and "GAME environment" in user
-    assert "class Good" in user and "win rate 0.50" in user and "class Bad" in user
+    assert "class Good" in user and "win rate 0.50" in user
+    assert "- too easy (win_rate=0.95): class Bad" in user and "def reset(self)" not in user
     assert "different from the examples" in user
 
 

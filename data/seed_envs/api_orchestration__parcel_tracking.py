@@ -42,6 +42,8 @@ _GOODS = [
 
 
 class ParcelTrackingEnv(ToolEnv):
+    max_answers = 2  # a handful of cities: unlimited answers would let the agent guess them all
+
     def reset(self, seed=None):
         rng = random.Random(seed)
         people = rng.sample([f"{first} {last}" for first in _FIRST for last in _LAST], 6)
@@ -75,7 +77,7 @@ class ParcelTrackingEnv(ToolEnv):
             "Call one tool per turn like this:\n"
             '<tool_call>{"name": "find_customer", "arguments": {"name": "Ann Lee"}}</tool_call>\n'
             "When you know the city, reply with only the city name, e.g. <answer>Vienna</answer>. "
-            "Your first answer is final."
+            "You have 2 answers: after a wrong one you may keep using the tools."
         )
         return obs, {}
 

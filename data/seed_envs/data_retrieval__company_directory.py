@@ -55,6 +55,8 @@ _COLUMNS = {
 
 
 class CompanyDirectoryEnv(ToolEnv):
+    max_answers = 2  # the managers are few: unlimited answers would let the agent guess among them
+
     def reset(self, seed=None):
         rng = random.Random(seed)
         names = rng.sample([f"{first} {last}" for first in _FIRST for last in _LAST], 16)
@@ -102,7 +104,8 @@ class CompanyDirectoryEnv(ToolEnv):
             "Call one tool per turn, for example:\n"
             '<tool_call>{"name": "query", "arguments": {"table": "employees", "column": "name", '
             '"value": "Ann Lee"}}</tool_call>\n'
-            f"Finish with the value only, e.g. <answer>{example}</answer>. Your first answer is final."
+            f"Finish with the value only, e.g. <answer>{example}</answer>. You have 2 answers: after a "
+            "wrong one you may keep using the tools."
         )
         return obs, {}
 

@@ -51,7 +51,8 @@ class FlakySalesApiEnv(ToolEnv):
             "Call one tool per turn, for example:\n"
             '<tool_call>{"name": "get_sales", "arguments": {"region": "north", "month": "march", '
             '"token": "tk-0000", "api_version": 1}}</tool_call>\n'
-            "Finish with the number only, e.g. <answer>1234</answer>. Your first answer is final."
+            "Finish with the number only, e.g. <answer>1234</answer>. A wrong answer does not end the "
+            "task: keep using the tools and answer again."
         )
         return obs, {}
 

@@ -71,8 +71,8 @@ class ReleasePipelineEnv(ToolEnv):
             "Use list_commits() to see the recent commits (id, branch, age). Call one tool per "
             "turn, for example:\n"
             '<tool_call>{"name": "list_commits", "arguments": {}}</tool_call>\n'
-            "When the right artifact runs in production, reply <answer>done</answer>; that ends the "
-            "task and the deployment is checked."
+            "When the right artifact runs in production, reply <answer>done</answer>: the deployment "
+            "is checked, and if it is not right yet you may keep using the tools."
         )
         return obs, {}
 

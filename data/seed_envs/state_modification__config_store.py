@@ -61,8 +61,8 @@ class ConfigStoreEnv(ToolEnv):
             "- delete(key): remove a key\n"
             "Call one tool per turn, for example:\n"
             '<tool_call>{"name": "get", "arguments": {"key": "cache.size_mb"}}</tool_call>\n'
-            "When the store is in the requested state, reply <answer>done</answer>. That ends the "
-            "task and the store is checked."
+            "When the store is in the requested state, reply <answer>done</answer>: the store is "
+            "checked, and if it is not right yet you may keep using the tools."
         )
         return obs, {}
 

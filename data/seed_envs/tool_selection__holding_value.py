@@ -72,7 +72,8 @@ class HoldingValueEnv(ToolEnv):
             "Call one tool per turn, for example:\n"
             '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>\n'
             "Finish with the whole number only (no currency sign or separators), e.g. "
-            "<answer>15230</answer>. Your first answer is final."
+            "<answer>15230</answer>. A wrong answer does not end the task: keep using the tools and "
+            "answer again."
         )
         return obs, {}
 

@@ -25,6 +25,8 @@ import sys
 import traceback
 
 MAX_CAPTURE = 2000
+# The widest reward the host passes on: the authors' smoke-test range (spade_core.validate.SMOKE_REWARD_RANGE).
+REWARD_LIMIT = 10.0
 MODULE_NAME = "spade_generated_env"
 
 # Private references taken before generated code runs, so it cannot swap them out from under us by
@@ -129,13 +131,22 @@ def check_flag(value, name):
 
 
 def check_reward(value):
+    """A finite number within +-REWARD_LIMIT, as a float.
+
+    The contract asks for rewards in [-1, 1] and the full validator checks that; the host is wider, so that
+    ``validation.mode: smoke`` keeps the authors' [-10, 10] and the engine's clamp of the return to [-1, 1]
+    is what decides an out-of-range reward at play time (the authors' semantics).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ContractError(
-            "step returned reward %s of type %s, expected a number in [0, 1]" % (_short(value), type(value).__name__)
+            "step returned reward %s of type %s, expected a number in [-1, 1]" % (_short(value), type(value).__name__)
         )
     reward = float(value)
-    if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
-        raise ContractError("step returned reward %r, expected a finite number in [0, 1]" % reward)
+    if not math.isfinite(reward) or not -REWARD_LIMIT <= reward <= REWARD_LIMIT:
+        raise ContractError(
+            "step returned reward %r, expected a finite number in [-1, 1] (the jail refuses beyond +-%g)"
+            % (reward, REWARD_LIMIT)
+        )
     return reward
 
 

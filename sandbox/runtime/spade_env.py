@@ -4,9 +4,9 @@
 - :func:`parse_tool_calls`, :func:`parse_answer` — the tool-use action format.
 - :func:`split_actions` — a reference solution split into the actions it is made of.
 - :class:`ToolEnv` — base class for tool-use environments: parses ``<tool_call>`` / ``<answer>``,
-  dispatches to ``tool_*`` methods, checks the answer and exposes OpenAI-format tool schemas. A subclass
-  writes ``reset`` (setting ``self.expected_answer`` or overriding ``is_solved``), ``solution`` and its
-  tools.
+  runs one tool call per turn, checks the answer (a wrong one continues the episode; numbers match
+  within 0.01), scores a format error -0.1 and exposes OpenAI-format tool schemas. A subclass writes
+  ``reset`` (setting ``self.expected_answer`` or overriding ``is_solved``), ``solution`` and its tools.
 
 This file runs under the jail's system ``python3`` (3.11) and under the project's interpreter, so it
 uses the standard library only and no syntax newer than 3.10.
@@ -143,24 +143,81 @@ def tool_schemas(cls):
     return schemas
 
 
+FORMAT_ERROR_REWARD = -0.1  # a turn with neither a tool call nor an answer, or an unparseable call
+NUMERIC_TOLERANCE = 0.01  # numeric answers match when they differ by less than this
+INCORRECT = "Incorrect. Keep using tools."
+FORMAT_ERROR = (
+    'Format error: call one tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>, '
+    "or submit <answer>...</answer>."
+)
+
+
 def _normalise(value):
     return re.sub(r"\s+", " ", str(value)).strip().lower()
 
 
+def _number(text):
+    """``text`` as a float, ignoring ``$`` and thousands separators; None when it is not a number."""
+    try:
+        return float(text.replace("$", "").replace(",", "").strip())
+    except (ValueError, OverflowError):
+        return None
+
+
+def answers_match(answer, expected):
+    """Case- and whitespace-insensitive equality, or numbers within :data:`NUMERIC_TOLERANCE`.
+
+    >>> answers_match(" Blue ", "blue"), answers_match("$1,234.005", "1234"), answers_match("3.02", "3")
+    (True, True, False)
+    """
+    a, e = _normalise(answer), _normalise(expected)
+    if a == e:
+        return True
+    x, y = _number(a), _number(e)
+    return x is not None and y is not None and abs(x - y) < NUMERIC_TOLERANCE
+
+
+def _first_call(action):
+    """The first ``<tool_call>`` of ``action``: (found, call dict or None when its body is no JSON object),
+    and how many further calls the action holds."""
+    bodies = _TOOL_CALL.findall(action)
+    if not bodies:
+        return False, None, 0
+    try:
+        call = json.loads(bodies[0])
+    except (ValueError, RecursionError):
+        call = None
+    return True, call if isinstance(call, dict) else None, len(bodies) - 1
+
+
 class ToolEnv:
-    """Base class of tool-use environments (DESIGN.md §5).
+    """Base class of tool-use environments (DESIGN.md §5), with the authors' semantics
+    (their ``spade/core/envs/tool_use_base_env.py:108-218``).
 
     Subclasses write ``reset(seed)`` (which must return ``(observation, info)``), ``solution()`` and
-    ``tool_*`` methods with docstrings. Success is ``check_answer(answer)``: by default the answer equals
-    ``self.expected_answer`` (case and whitespace insensitive) or, when that is None, ``is_solved()``.
-    ``progress()`` in [0, 1] gives partial reward before the answer.
+    ``tool_*`` methods with docstrings. Each turn:
+
+    - an ``<answer>`` comes first: the first one in the reply is checked with ``check_answer`` (by default
+      :func:`answers_match` against ``self.expected_answer`` or, when that is None, ``is_solved()``). Right:
+      reward 1, terminated. Wrong: reward 0 and the episode goes on ("Incorrect. Keep using tools."), unless
+      ``max_answers`` wrong answers are used up (terminated, reward 0) or it was the last turn (truncated).
+      Tool calls in a reply with an answer are not run.
+    - otherwise ONE tool call per turn: the first ``<tool_call>`` runs, further ones are ignored (the
+      observation says so). Its reward is ``0.5 * progress()`` (``progress()`` in [0, 1], default 0).
+      An unknown tool or a failing tool is feedback with reward 0.
+    - a format error, a reply with neither an answer nor a tool call, or whose first tool call is not a JSON
+      object, scores :data:`FORMAT_ERROR_REWARD` (-0.1), except on the last turn (then 0, truncated).
+
+    Only a right answer terminates (unless ``max_answers`` runs out), so a tool-use return is 1 or 0: the
+    other rewards are per-turn signals kept for logging.
     """
 
-    max_tool_calls_per_turn = 8
+    max_answers: int | None = None  # wrong answers allowed before the episode ends; None = until the turns run out
 
     def __init__(self, max_turns=12, **kwargs):
         self.max_turns = max_turns
         self.turn_count = 0
+        self.wrong_answers = 0
         self.expected_answer = None
         self.reset()
 
@@ -171,6 +228,7 @@ class ToolEnv:
 
             def reset(self, seed=None, _user_reset=user_reset):
                 self.turn_count = 0
+                self.wrong_answers = 0
                 self.expected_answer = None
                 return _user_reset(self, seed=seed)
 
@@ -184,11 +242,11 @@ class ToolEnv:
 
     def check_answer(self, answer):
         if self.expected_answer is not None:
-            return _normalise(answer) == _normalise(self.expected_answer)
+            return answers_match(answer, self.expected_answer)
         return bool(self.is_solved())
 
     def progress(self):
-        """Partial progress in [0, 1] shown as the reward of non-final turns."""
+        """Partial progress in [0, 1]; half of it is the reward of a tool-call turn."""
         return 0.0
 
     # -- the contract --------------------------------------------------------------------------------
@@ -199,40 +257,54 @@ class ToolEnv:
 
     def step(self, action):
         self.turn_count += 1
-        truncated = self.turn_count >= self.max_turns
-        answer = parse_answer(action)
-        calls = parse_tool_calls(action)
-        if answer is None and not calls:
-            return (
-                (
-                    'Format error: call a tool with <tool_call>{"name": ..., "arguments": {...}}'
-                    "</tool_call> or finish with <answer>...</answer>."
-                ),
-                0.0,
-                False,
-                truncated,
-                {},
-            )
-        outputs = []
+        last = self.turn_count >= self.max_turns
+        action = action if isinstance(action, str) else ""
+        answers = _ANSWER.findall(action)
+        if answers:
+            return self._answer(answers[0].strip(), last)
+        found, call, extra = _first_call(action)
+        if call is None:
+            if last:
+                return "Time is up.", 0.0, False, True, {}
+            reason = FORMAT_ERROR if not found else "Format error: the tool call is not a JSON object."
+            return reason, FORMAT_ERROR_REWARD, False, False, {"format_error": True}
+        obs, reward = self._call(call)
+        if extra:
+            obs += "\n(%d more tool call(s) in your reply were ignored: one tool call per turn.)" % extra
+        if last:
+            obs += "\nTime is up."
+        return obs, reward, False, last, {}
+
+    def _answer(self, answer, last):
+        if self.check_answer(answer):
+            return "Correct!", 1.0, True, False, {"solved": True}
+        self.wrong_answers += 1
+        if self.max_answers is not None and self.wrong_answers >= self.max_answers:
+            return "Incorrect. No answers left.", 0.0, True, False, {"solved": False}
+        if last:
+            return "Incorrect. Time is up.", 0.0, False, True, {"solved": False}
+        return INCORRECT, 0.0, False, False, {"solved": False}
+
+    def _call(self, call):
+        """Run one parsed tool call: (observation, reward)."""
+        name, args = call.get("name"), call.get("arguments", {})
+        if not isinstance(args, dict):
+            args = {}
         tools = tool_methods(type(self))
-        for name, args in calls[: self.max_tool_calls_per_turn]:
-            if name is None:
-                outputs.append("error: %s" % args)
-            elif name not in tools:
-                outputs.append("error: unknown tool %r; tools: %s" % (name, ", ".join(tools)))
-            else:
-                try:
-                    outputs.append(str(getattr(self, "tool_" + name)(**args)))
-                except TypeError as exc:
-                    outputs.append("error: bad arguments for %s: %s" % (name, exc))
-                except Exception as exc:  # a failing tool is feedback to the agent, not a crash
-                    outputs.append("error: %s: %s" % (type(exc).__name__, exc))
-        if answer is not None:
-            solved = bool(self.check_answer(answer))
-            outputs.append("Correct." if solved else "Incorrect.")
-            return "\n".join(outputs), 1.0 if solved else 0.0, True, False, {"solved": solved}
-        partial = min(max(float(self.progress()), 0.0), 1.0)
-        return "\n".join(outputs), 0.5 * partial, False, truncated, {}
+        if not isinstance(name, str) or name not in tools:
+            return "Unknown tool %s. Available: %s" % (_short_repr(name), ", ".join(tools)), 0.0
+        try:
+            out = str(getattr(self, "tool_" + name)(**args))
+        except TypeError as exc:
+            return "error: bad arguments for %s: %s" % (name, exc), 0.0
+        except Exception as exc:  # a failing tool is feedback to the agent, not a crash
+            return "error: %s: %s" % (type(exc).__name__, exc), 0.0
+        return out, 0.5 * min(max(float(self.progress()), 0.0), 1.0)
 
     def close(self):
         pass
+
+
+def _short_repr(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

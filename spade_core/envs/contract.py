@@ -6,12 +6,25 @@ from __future__ import annotations
 
 import re
 
-from sandbox.runtime.spade_env import parse_answer, parse_boxed, parse_tool_calls, split_actions
+from sandbox.outcome import RETURN_RANGE
+from sandbox.runtime.spade_env import (
+    FORMAT_ERROR_REWARD,
+    NUMERIC_TOLERANCE,
+    answers_match,
+    parse_answer,
+    parse_boxed,
+    parse_tool_calls,
+    split_actions,
+)
 from spade_core.hashing import short_hash
 
 __all__ = [
     "CONTRACT",
     "ENV_KINDS",
+    "FORMAT_ERROR_REWARD",
+    "NUMERIC_TOLERANCE",
+    "REWARD_RANGE",
+    "answers_match",
     "env_id_for",
     "normalise_code",
     "parse_answer",
@@ -21,6 +34,8 @@ __all__ = [
 ]
 
 ENV_KINDS = ("game", "tool")
+# Every reward a step returns lies here (the full validator checks it); returns are clamped to it.
+REWARD_RANGE: tuple[float, float] = RETURN_RANGE
 
 CONTRACT = r"""
 An environment is ONE Python module that uses only the standard library and defines exactly ONE class:
@@ -38,9 +53,11 @@ Rules:
 - Everything is determined by `seed`: use `rng = random.Random(seed)`, never the global `random`.
   The same seed must give the same first observation.
 - `step` must accept ANY string (empty, garbage, very long) and never raise: answer a malformed action
-  with an explanatory observation and reward 0.
-- reward is a finite float in [0, 1]: 1.0 exactly when the goal is reached (terminated=True), partial
-  progress strictly below 1. The episode ends (terminated or truncated) within `max_turns` steps.
+  with an explanatory observation and reward 0 (or a small penalty such as -0.1).
+- reward is a finite float in [-1, 1]: 1.0 exactly when the goal is reached (terminated=True), partial
+  progress strictly below 1; a lost game may end with terminated=True and a reward <= 0. The episode's
+  return is its LAST reward if it terminated, else 0 (truncated, or out of turns). The episode ends
+  (terminated or truncated) within `max_turns` steps.
 - Empty or random actions must not reach reward 1. Playing `solution()` action by action from the same
   seed must reach reward 1.
 - No files, network, subprocesses or threads: the environment runs in a sandbox where they fail.
@@ -52,12 +69,14 @@ Game environments: the agent ends each turn with its command in \boxed{...}; par
 Tool-use environments subclass `spade_env.ToolEnv` and write only `reset`, `solution` and tools:
 - each tool is a method `tool_<name>(self, arg: type, ...)` with a docstring (it becomes the tool's
   JSON schema); it returns a string.
-- in `reset` set `self.expected_answer` (the value the final <answer> must equal), or leave it None
-  and override `is_solved(self) -> bool` to judge success from the environment's state;
-  optionally override `progress(self) -> float` for partial reward.
-- the agent calls tools with <tool_call>{"name": "<name>", "arguments": {...}}</tool_call> and
-  finishes with <answer>...</answer>; ToolEnv parses both, dispatches, and ends the episode on the
-  answer.
+- in `reset` set `self.expected_answer` (the value the final <answer> must equal; case-insensitive,
+  numbers within 0.01), or leave it None and override `is_solved(self) -> bool` to judge success from
+  the environment's state; optionally override `progress(self) -> float` (in [0, 1]) for partial reward.
+- the agent makes ONE tool call per turn, <tool_call>{"name": "<name>", "arguments": {...}}</tool_call>
+  (further calls in the same reply are ignored), and submits <answer>...</answer>. ToolEnv parses both
+  and dispatches: a right answer ends the episode with reward 1; a wrong one scores 0 and the episode
+  goes on ("Incorrect. Keep using tools."), so set the class attribute `max_answers` (e.g. 3) when the
+  answer could be guessed from a short list; a reply with neither scores -0.1 (format error).
 - `solution()` returns the tool calls then the answer, e.g.
   '<tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call> <answer>42</answer>'.
 

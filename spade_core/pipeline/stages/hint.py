@@ -1,14 +1,26 @@
-"""Hint (docs/DESIGN.md §7 step 5): one hint per pool environment, written by the same model from the
-source; a hint that contains the solution of a seed that will be played is flagged ``leaks_solution``."""
+"""Hint (docs/DESIGN.md §7 step 5): one hint per pool environment, written by the same model from the source.
+
+A hint that contains the solution of a seed the hinted plays will use leaks it. Such a hint is rewritten,
+up to ``rollout.hint_rewrites`` [1] times, by a request that quotes what leaked and asks for a hint that
+does not give the answer away (:func:`spade_core.hints.rewrite_messages`); each round rewrites only the
+hints still leaking, in one batched call. The stored hint is the last one, flagged ``leaks_solution`` when
+it still leaks: its environment is still played with it (the plays are kept), and scoring gives it no
+regret term (``env_scores.hint_leaked``). A rewrite that fails or comes back empty keeps the previous hint.
+
+Every call is seeded (the first call as before; rewrite round r by a hash of the generation seed and r, and
+each request by the environment too), so a rerun of the stage writes the same hints.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
 from sandbox.session import EnvSession, run_parallel
-from spade_core.hints import clean_hint, hint_messages, hint_row
+from spade_core.hashing import short_hash
+from spade_core.hints import clean_hint, hint_messages, hint_row, leaked_values, rewrite_messages
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.rollout import hint_seeds
@@ -33,10 +45,55 @@ def _solutions(ctx: GenerationContext, env_id: str, code: str) -> list[str]:
     return out
 
 
-def hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> pd.DataFrame:
-    """The hint rows of ``envs`` (one batched model call; solutions from parallel jails)."""
+def rewrite_seed(ctx: GenerationContext, round_: int, env_id: str = "") -> int:
+    """The sampling seed of rewrite round ``round_`` (1-based): of the call, or of one env's request."""
+    return int(short_hash(f"{ctx.seed}:hint-rewrite:{round_}:{env_id}", 8), 16) % (2**31)
+
+
+def rewrite_leaks(
+    ctx: GenerationContext,
+    envs: pd.DataFrame,
+    texts: list[str],
+    solutions: list[list[str]],
+    generator: Generator,
+    params: SamplingParams,
+) -> tuple[list[str], dict[str, int]]:
+    """``texts`` with every leaking hint rewritten up to ``rollout.hint_rewrites`` times, and counts:
+    ``leaked`` (first hints that leaked), ``rewrites`` (rewrite requests), ``still_leaking`` (final hints)."""
+    max_words = ctx.cfg.rollout.hint_max_words
+    texts = list(texts)
+    leaking = {i: found for i, t in enumerate(texts) if (found := leaked_values(t, solutions[i]))}
+    counts = {"leaked": len(leaking), "rewrites": 0}
+    codes, kinds, ids = list(envs["code"]), list(envs["kind"]), list(envs["env_id"])
+    for round_ in range(1, ctx.cfg.rollout.hint_rewrites + 1):
+        if not leaking:
+            break
+        order = sorted(leaking)
+        requests = [
+            GenerationRequest(
+                messages=rewrite_messages(codes[i], kinds[i], max_words, texts[i], leaking[i]),
+                seed=rewrite_seed(ctx, round_, ids[i]),
+            )
+            for i in order
+        ]
+        replies = generator.generate(requests, replace(params, seed=rewrite_seed(ctx, round_)))
+        counts["rewrites"] += len(requests)
+        for i, reply in zip(order, replies, strict=True):
+            rewritten = clean_hint(reply.text, max_words) if reply.error is None else ""
+            if rewritten:
+                texts[i] = rewritten
+        leaking = {i: found for i in order if (found := leaked_values(texts[i], solutions[i]))}
+    counts["still_leaking"] = len(leaking)
+    return texts, counts
+
+
+def hints_and_counts(
+    ctx: GenerationContext, envs: pd.DataFrame, generator: Generator
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The hint rows of ``envs`` (one batched model call, then one per rewrite round; solutions from parallel
+    jails) and the leak counts of :func:`rewrite_leaks`."""
     if envs.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(), {"leaked": 0, "rewrites": 0, "still_leaking": 0}
     max_words = ctx.cfg.rollout.hint_max_words
     requests = [GenerationRequest(messages=hint_messages(e.code, e.kind, max_words)) for e in envs.itertuples()]
     rollout = ctx.cfg.rollout
@@ -50,13 +107,21 @@ def hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> p
         list(zip(envs["env_id"], envs["code"], strict=True)),
         ctx.cfg.validation.parallel_jails,
     )
+    first = [clean_hint(r.text, max_words) for r in replies]
+    texts, counts = rewrite_leaks(ctx, envs, first, solutions, generator, params)
     rows = [
-        {**hint_row(e.env_id, clean_hint(r.text, max_words), sols, generator.model_ref), "policy_step": ctx.first_step}
-        for e, r, sols in zip(envs.itertuples(), replies, solutions, strict=True)
+        {**hint_row(e.env_id, text, sols, generator.model_ref), "policy_step": ctx.first_step}
+        for e, text, sols in zip(envs.itertuples(), texts, solutions, strict=True)
     ]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), counts
+
+
+def hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> pd.DataFrame:
+    """The hint rows of ``envs`` (see :func:`hints_and_counts`)."""
+    return hints_and_counts(ctx, envs, generator)[0]
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
-    frame = ctx.write("hints", hints(ctx, ctx.pool(), model), NAME)
-    return {"rows": len(frame)}
+    frame, counts = hints_and_counts(ctx, ctx.pool(), model)
+    written = ctx.write("hints", frame, NAME)
+    return {"rows": len(written), **counts}
