@@ -17,27 +17,42 @@ from typer.testing import CliRunner
 
 from spade_core.cli.report_cmd import report
 from spade_core.config import load_config
-from spade_core.report import write_report
+from spade_core.report import load_run, write_report
+from spade_core.report.data import learning_curve_table, steps_per_generation
+from spade_core.report.plots import generation_boundaries
+from spade_core.schemas import SCHEMAS
 from spade_core.store import Store
 
 CHROMIUM = Path("/usr/bin/chromium")
 HOSTILE = "</pre><script>alert(1)</script>"
-FIGURES = ("funnel", "win_rate", "regret", "designer_reward", "training", "evals")
+FIGURES = ("funnel", "win_rate", "regret", "designer_reward", "learning_curve", "training", "evals")
 SECTIONS = [
     "Run",
     "Validation funnel",
     "Win rate and regret",
     "Designer reward",
+    "Learning curve",
     "Training",
     "Evaluation",
     "Top environments by regret",
     "Configuration",
 ]
 SKILLS = [("optimization", "game"), ("logical_deduction", "game"), ("data_retrieval", "tool")]
+K = 2  # training.steps_per_generation of the tiny preset the fixture's configs are made from
+PLAYS = 4  # no-hint plays per pool environment and step
 
 runner = CliRunner()
 app = typer.Typer()
 app.command()(report)
+
+
+def _frame(table: str, rows: list[dict]) -> pd.DataFrame:
+    """``rows`` as a frame of ``table``; nullable columns the rows do not name are null."""
+    frame = pd.DataFrame(rows)
+    for field in SCHEMAS[table]:
+        if field.name not in frame.columns and field.nullable:
+            frame[field.name] = None
+    return frame
 
 
 def _env_id(code: str) -> str:
@@ -71,6 +86,50 @@ def _train(store: Store, run_id: str, gen: int, roles: tuple[str, ...]) -> None:
         if not (role == "designer" and step == 3)  # a step whose batch held no designer sample
     ]
     store.write_table("train_metrics", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="train")
+
+
+def _play(env_id: str, condition: str, seed: int, ret: float, step: int, error: str | None = None) -> dict:
+    return {
+        "episode_id": f"{env_id}-{condition}-{step}-{seed}",
+        "env_id": env_id,
+        "condition": condition,
+        "seed": seed,
+        "episode_return": ret,
+        "turns": 1,
+        "error_type": error,
+        "transcript": [{"role": "user", "content": "obs"}],
+        "rewards": [ret],
+        "model_ref": f"step-{step}",
+        "token_ids": None,
+        "loss_mask": None,
+        "logprobs": None,
+        "policy_step": step,
+    }
+
+
+def _pool_and_plays(store: Store, run_id: str, gen: int, pool: list[tuple]) -> None:
+    """The generation's pool and its plays at each of its K steps, with known returns.
+
+    At global step s a design environment wins s of its PLAYS no-hint plays (the agent "learns"); every
+    other environment wins 2 of PLAYS. The first pool environment also has one no-hint play per step that
+    ended in an error with return 1.0 (the engine would say 0): it must count as 0. Hinted plays (return 1,
+    step 0 of the generation) and a `spade demo` play (policy_step -1) must not count at all.
+    """
+    columns = ["env_id", "design_id", "skill", "kind", "code", "source"]
+    store.write_table("pool", pd.DataFrame(pool, columns=columns), run_id=run_id, gen=gen, stage="pool")
+    for k in range(K):
+        step = (gen - 1) * K + k
+        rows = []
+        for i, (env_id, _, _, _, _, source) in enumerate(pool):
+            wins = min(step, PLAYS) if source == "design" else 2
+            rows += [_play(env_id, "no_hint", p, 1.0 if p < wins else 0.0, step) for p in range(PLAYS)]
+            if k == 0:
+                rows += [_play(env_id, "hint", p, 1.0, step) for p in range(2)]
+            if i == 0:
+                rows.append(_play(env_id, "no_hint", 99, 1.0, step, error="model_error"))  # the agent's: a 0
+        store.write_table("episodes", _frame("episodes", rows), run_id=run_id, gen=gen, stage=f"rollout-s{k}")
+    demo = _play(pool[0][0], "no_hint", 0, 1.0, -1)
+    store.write_table("episodes", _frame("episodes", [demo]), run_id=run_id, gen=gen, stage="seed_check")
 
 
 def _evals(store: Store, run_id: str, gen: int, level: float) -> None:
@@ -142,6 +201,7 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
                     "r_hint": win + regret,
                     "r_no_hint": win,
                     "regret": regret,
+                    "hint_leaked": False,
                     "designer_reward": 0.3 + 0.1 * i if ok else 0.0,
                 }
             )
@@ -155,6 +215,7 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
             "r_hint": 0.6,
             "r_no_hint": 0.5,
             "regret": 0.1,
+            "hint_leaked": False,
             "designer_reward": 0.8,
         }
     )
@@ -166,7 +227,17 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
         | {"win_rate": s["win_rate"], "regret": s["regret"], "gen_added": gen}
         for s in scores[:-1]
     ]
-    store.write_table("designs", pd.DataFrame(designs), run_id=run_id, gen=gen, stage="design")
+    starter = "class Starter:\n    pass\n"
+    pool = [
+        (d["env_id"], d["design_id"], d["skill"], d["kind"], d["code"], "design")
+        for d, v in zip(designs, validations, strict=True)
+        if v["ok"]
+    ] + [
+        (_env_id(replay), None, "optimization", "game", replay, "replay"),
+        (_env_id(starter), None, "logical_deduction", "game", starter, "starter"),
+    ]
+    _pool_and_plays(store, run_id, gen, pool)
+    store.write_table("designs", _frame("designs", designs), run_id=run_id, gen=gen, stage="design")
     store.write_table("validations", pd.DataFrame(validations), run_id=run_id, gen=gen, stage="validate")
     store.write_table("env_scores", pd.DataFrame(scores), run_id=run_id, gen=gen, stage="score")
     store.write_table("memory", pd.DataFrame(memory), run_id=run_id, gen=gen, stage="memory")
@@ -178,10 +249,13 @@ def _baseline_generation(store: Store, run_id: str, gen: int) -> None:
     """A fixed-pool generation: no designs, every played environment scored without a design id."""
     rows = [
         {"env_id": f"seed{i:012d}", "design_id": None, "skill": skill}
-        | {"win_rate": 0.3 + 0.1 * i, "r_hint": 0.5, "r_no_hint": 0.3 + 0.1 * i, "regret": 0.1, "designer_reward": 0.0}
+        | {"win_rate": 0.3 + 0.1 * i, "r_hint": 0.5, "r_no_hint": 0.3 + 0.1 * i, "regret": 0.1}
+        | {"hint_leaked": False, "designer_reward": 0.0}
         for i, (skill, _) in enumerate(SKILLS)
     ]
     store.write_table("env_scores", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="score")
+    pool = [(r["env_id"], None, r["skill"], "game", "class Seed: pass\n", "fixed") for r in rows]
+    _pool_and_plays(store, run_id, gen, pool)
     _train(store, run_id, gen, ("agent",))
     _evals(store, run_id, gen, 0.5)
 
@@ -346,6 +420,44 @@ def test_auto_detected_baseline_is_in_the_eval_comparison(rendered: tuple[Path, 
     assert "+0.167" in evals
 
 
+def test_learning_curve_section_has_the_per_step_table(rendered: tuple[Path, str, dict]) -> None:
+    _, page, _ = rendered
+    curve = _section(page, "learning-curve")
+    assert "every K = 2 steps" in curve
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", curve)
+    assert head == [
+        "step",
+        "gen",
+        "no-hint plays",
+        "errors",
+        "win rate (all)",
+        "win rate (design)",
+        "win rate (replay)",
+        "win rate (starter)",
+    ]
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", curve)[1:]]
+    # step 3 (gen 2): designs win 3 of 4 each (9 of 12) plus an errored play counted as 0; replay and
+    # starter 2 of 4 each: (9 + 2 + 2) / (13 + 4 + 4) = 13 / 21; design 9 / 13
+    assert cells == [
+        ["0", "1", "21", "1", "0.190", "0.000", "0.500", "0.500"],
+        ["1", "1", "21", "1", "0.333", "0.231", "0.500", "0.500"],
+        ["2", "2", "21", "1", "0.476", "0.462", "0.500", "0.500"],
+        ["3", "2", "21", "1", "0.619", "0.692", "0.500", "0.500"],
+    ]
+    assert '<th class="text">steps per generation (K)</th><td class="text">2</td>' in _section(page, "run")
+
+
+def test_designer_reward_shows_mean_and_spread_per_generation(rendered: tuple[Path, str, dict]) -> None:
+    _, page, _ = rendered
+    section = _section(page, "designer-reward")
+    # gen 1: valid designs 0.3, 0.5, 0.7 and two invalid ones at 0: mean 0.3, sample std 0.308, range 0 - 0.7
+    assert re.search(
+        r"<td[^>]*>1</td><td[^>]*>5</td><td[^>]*>0\.300</td><td[^>]*>0\.308</td><td[^>]*>0\.000</td>"
+        r"<td[^>]*>0\.700</td><td[^>]*>0\.500</td>",
+        section,
+    ), section
+
+
 # -- without a browser -------------------------------------------------------------------------------------
 
 
@@ -376,11 +488,67 @@ def test_fixed_environment_run_reports_its_pool_and_no_baseline(tmp_path: Path) 
     assert "fig-funnel" in page and "fig-win_rate" in page and "fig-evals" in page
     assert "no data yet" in _section(page, "designer-reward")  # no designs, so no designer reward
     assert "(code not stored)" in _section(page, "top-envs")  # this fixture's pool has no memory table
+    curve = _section(page, "learning-curve")  # a fixed pool: one source, 6 of 13 no-hint plays won per step
+    assert "win rate (fixed)" in curve and "win rate (design)" not in curve
+    assert re.search(r"<td[^>]*>0</td><td[^>]*>1</td><td[^>]*>13</td><td[^>]*>1</td><td[^>]*>0\.462</td>", curve)
+
+
+def test_learning_curve_numbers(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False, baseline=None)
+    data = load_run(store, "spade-1")
+    curve = data.learning_curve
+    assert data.steps_per_generation == K  # from the stored config
+
+    def at(step: int, level: str, skill: str | None = None, source: str | None = None) -> pd.Series:
+        rows = curve[(curve["step"] == step) & (curve["level"] == level)]
+        if skill is not None:
+            rows = rows[rows["skill"] == skill]
+        if source is not None:
+            rows = rows[rows["source"] == source]
+        assert len(rows) == 1, rows
+        return rows.iloc[0]
+
+    # hinted plays and the demo play (policy_step -1) are not steps of the curve
+    assert sorted(curve["step"].unique()) == [0, 1, 2, 3]
+    assert dict(zip(curve["step"], curve["gen"], strict=True)) == {0: 1, 1: 1, 2: 2, 3: 2}
+    # step 3, optimization, design: the optimization design wins 3 of 4, and its errored play (return 1.0
+    # in the frame) counts as 0 -> 3 / 5
+    row = at(3, "skill_source", "optimization", "design")
+    assert (row["plays"], row["errors"], row["win_rate"]) == (5, 1, pytest.approx(0.6))
+    # step 3, optimization (design 3 of 5 + replay 2 of 4), overall 13 of 21, design source 9 of 13
+    assert at(3, "skill", skill="optimization")["win_rate"] == pytest.approx(5 / 9)
+    assert at(3, "overall")["win_rate"] == pytest.approx(13 / 21)
+    assert at(3, "source", source="design")["win_rate"] == pytest.approx(9 / 13)
+    assert at(0, "overall")["win_rate"] == pytest.approx(4 / 21)  # the hinted plays (all wins) are left out
+    assert at(1, "source", source="starter")["plays"] == PLAYS
+    assert set(curve.loc[curve["level"] == "skill", "skill"]) == {s for s, _ in SKILLS}
+    table = learning_curve_table(curve)
+    assert list(table.columns) == ["step", "gen", "plays", "errors", "win_rate", "design", "replay", "starter"]
+    assert table["plays"].tolist() == [21] * 4
+
+
+def test_learning_curve_without_config_infers_k_from_the_plays(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    for gen in (1, 2, 3):
+        pool = [(f"seed{i:012d}", None, "optimization", "game", "class S: pass\n", "fixed") for i in range(2)]
+        _pool_and_plays(store, "bare", gen, pool)
+    data = load_run(store, "bare")
+    assert data.config == {} and data.steps_per_generation == K
+    assert steps_per_generation({}, data.learning_curve) == K
+    assert generation_boundaries(sorted(data.learning_curve["step"].unique()), K) == [2, 4]
+    out = tmp_path / "out"
+    page = write_report(store, "bare", out_dir=out).read_text()
+    curve = _section(page, "learning-curve")
+    assert "every K = 2 steps" in curve and "win rate (fixed)" in curve and 'id="fig-learning_curve"' in curve
+    with Image.open(out / "learning_curve.png") as img:
+        assert img.format == "PNG" and img.size[0] > 100
 
 
 def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
-    frame = pd.DataFrame(
+    frame = _frame(
+        "designs",
         [
             {"design_id": "d0", "attempt": 0, "doc_id": None, "group_id": "g", "skill": "optimization", "kind": "game"}
             | {
@@ -391,7 +559,7 @@ def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
                 "model_ref": "base",
                 "policy_step": 0,
             }
-        ]
+        ],
     )
     store.write_table("designs", frame, run_id="young", gen=1, stage="design")
     out = tmp_path / "out"
@@ -399,7 +567,7 @@ def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
     (out / "training.png").write_bytes(b"stale")  # a figure of an earlier report must not linger
     page = write_report(store, "young", out_dir=out).read_text()
     assert "fig-funnel" in _section(page, "funnel")
-    for anchor in ("scores", "designer-reward", "training", "evals", "top-envs", "config"):
+    for anchor in ("scores", "designer-reward", "learning-curve", "training", "evals", "top-envs", "config"):
         assert "no data yet" in _section(page, anchor), anchor
     assert sorted(p.name for p in out.iterdir()) == ["funnel.png", "index.html"]
 

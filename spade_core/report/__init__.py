@@ -1,8 +1,10 @@
 """``spade report``: one self-contained HTML page per run (docs/DESIGN.md §9).
 
-Per generation: the validation funnel, win-rate and regret distributions, the designer reward, training
-loss and reward per role, eval scores against the base model and a fixed-environment baseline run, the
-top environments by regret with their code, and the run's stored config.
+Per generation: the validation funnel, win-rate and regret distributions, the designer reward (mean,
+spread and range); per global step: the learning curve (no-hint win rate per skill and pool source, with
+generation boundaries); training loss and reward per role, eval scores against the base model and a
+fixed-environment baseline run, the top environments by regret with their code, and the run's stored
+config.
 
 - :mod:`spade_core.report.data` — DuckDB queries over the store, returning frames;
 - :mod:`spade_core.report.plots` — the figures as PNG bytes (matplotlib, Agg canvas);
@@ -39,6 +41,7 @@ def figures(data: RunData) -> dict[str, bytes | None]:
         "win_rate": plots.distribution(data.scores, "win_rate", "Win rate per generation", (-0.05, 1.05)),
         "regret": plots.distribution(data.scores, "regret", "Regret per generation"),
         "designer_reward": plots.designer_reward(data.designer_reward),
+        "learning_curve": plots.learning_curve(data.learning_curve, data.steps_per_generation),
         "training": plots.training(data.train),
         "evals": plots.evals(data.evals, data.run_id, data.baseline.run_id if data.baseline else None),
     }

@@ -15,6 +15,14 @@ Definitions (docs/DESIGN.md §7):
   replayed / fixed-pool environments, which are valid by construction.
 - **designer reward**: mean over the designs that have an ``env_scores`` row (valid or not); designs whose
   reply held no code get ``scoring.invalid_reward`` from the trainer and have no row.
+- **learning curve**: per global step ``s`` (``episodes.policy_step``: the checkpoint that played), the
+  no-hint win rate — the mean return of the run's no-hint plays at that step, a play with an ``error_type``
+  counting as return 0 (the rule of ``spade_core/scoring.py``) — overall, per skill, per pool source
+  (``pool.source``: design, replay, starter, fixed) and per (skill, source). Skill and source come from the
+  ``pool`` row of the play's environment in its generation ("unknown" without one). Hinted plays are left
+  out, and so are plays no checkpoint of the run made (``policy_step`` −1: ``spade demo``, ``spade rollout``).
+  Generation g owns the steps (g−1)·K … g·K−1, K = ``training.steps_per_generation`` of the stored config,
+  else inferred from the plays (:func:`steps_per_generation`).
 - **pass@1**: mean of ``evals.passed`` where it is set (one sample per item); **mean score**: mean of
   ``evals.score``. Generation 0 is the base model.
 - Times come from the store's file modification times (the tables carry no timestamps): when the run's
@@ -31,6 +39,7 @@ import duckdb
 import pandas as pd
 import yaml
 
+from sandbox.outcome import ENV_ERROR_TYPES
 from spade_core.catalog import connect
 from spade_core.store import Store, StoreError
 
@@ -74,12 +83,37 @@ order by g.gen
 
 _DESIGNER_REWARD = """
 select s.gen, count(*) as designs, avg(s.designer_reward) as mean, stddev_samp(s.designer_reward) as std,
+       min(s.designer_reward) as min, max(s.designer_reward) as max,
        avg(s.designer_reward) filter (where v.design_id is not null) as mean_valid
 from env_scores s
 left join (select gen, design_id from ({verdicts}) where ok) v on v.gen = s.gen and v.design_id = s.design_id
 where s.run_id = $run and s.design_id is not null
 group by s.gen order by s.gen
 """.replace("{verdicts}", _VERDICTS)
+
+# No-hint win rate per global step: overall, per skill, per pool source and per (skill, source). A play the
+# environment broke (a sandbox error class) is left out of the win rate, as in scoring; another error is a 0.
+_LEARNING_CURVE = """
+with pool_env as (
+    select gen, env_id, skill, source from pool where run_id = $run
+    qualify row_number() over (partition by gen, env_id order by source) = 1),
+plays as (
+    select e.policy_step as step, e.gen, coalesce(p.skill, 'unknown') as skill,
+           coalesce(p.source, 'unknown') as source, e.error_type is not null as failed,
+           coalesce(e.error_type in ({broken}), false) as broken,
+           case when e.error_type is null then e.episode_return else 0.0 end as ret
+    from episodes e left join pool_env p on p.gen = e.gen and p.env_id = e.env_id
+    where e.run_id = $run and e.condition = 'no_hint' and e.policy_step >= 0)
+select step, min(gen) as gen,
+       case when grouping(skill) = 0 and grouping(source) = 0 then 'skill_source'
+            when grouping(skill) = 0 then 'skill' when grouping(source) = 0 then 'source'
+            else 'overall' end as level,
+       skill, source, count(*) as plays, count(*) filter (where failed) as errors,
+       avg(ret) filter (where not broken) as win_rate
+from plays
+group by grouping sets ((step), (step, skill), (step, source), (step, skill, source))
+order by step, level, skill, source
+""".replace("{broken}", ", ".join(f"'{t}'" for t in sorted(ENV_ERROR_TYPES)))
 
 _TRAIN = """
 select gen, role, step, loss, reward_mean, reward_std, grad_norm, kl, tokens, step_seconds
@@ -142,6 +176,8 @@ class RunData:
     train: pd.DataFrame
     evals: pd.DataFrame
     top_envs: pd.DataFrame
+    learning_curve: pd.DataFrame  # step, gen, level, skill, source, plays, errors, win_rate
+    steps_per_generation: int | None  # K, from the stored config or the plays; None without either
     baseline: Baseline | None = None
     baseline_candidates: list[str] = field(default_factory=list)
 
@@ -267,6 +303,7 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             if not timed.empty
             else pd.DataFrame(columns=["gen", "first_write", "last_write"])
         )
+        curve = frame(_LEARNING_CURVE)
         return RunData(
             run_id=run_id,
             store_root=store.base,
@@ -282,6 +319,8 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             train=frame(_TRAIN),
             evals=frame(_EVALS, baseline=chosen.run_id if chosen else run_id),
             top_envs=frame(_TOP_ENVS, top=int(top)),
+            learning_curve=curve,
+            steps_per_generation=steps_per_generation(config, curve),
             baseline=chosen,
             baseline_candidates=others,
         )
@@ -326,3 +365,71 @@ def eval_comparison(evals: pd.DataFrame, run_id: str, baseline_id: str | None) -
                 }
             )
     return pd.DataFrame(rows, columns=columns)
+
+
+SOURCES = ("design", "replay", "starter", "fixed")  # pool sources, in the order the report shows them
+
+
+def ordered_sources(values: object) -> list[str]:
+    """The distinct pool sources among ``values``: the known ones in :data:`SOURCES` order, then the rest.
+
+    >>> ordered_sources(["unknown", "replay", "design", "replay"])
+    ['design', 'replay', 'unknown']
+    """
+    present = {str(v) for v in pd.Series(values).dropna()}
+    return [s for s in SOURCES if s in present] + sorted(present - set(SOURCES))
+
+
+def steps_per_generation(config: dict[str, Any], curve: pd.DataFrame) -> int | None:
+    """K: ``training.steps_per_generation`` of the stored config, else inferred from the learning curve.
+
+    Without a config, generation g ≥ 2 starts at step (g−1)·K, so its first step gives K; with only one
+    generation, K is at least the number of steps it played.
+
+    >>> steps_per_generation({"training": {"steps_per_generation": 4}}, pd.DataFrame())
+    4
+    >>> curve = pd.DataFrame({"level": "overall", "step": [0, 1, 3, 4], "gen": [1, 1, 2, 2]})
+    >>> steps_per_generation({}, curve)  # generation 2 starts at step 3, though generation 1 shows only 2 steps
+    3
+    >>> steps_per_generation({}, curve[curve["gen"] == 1])
+    2
+    >>> steps_per_generation({}, pd.DataFrame()) is None
+    True
+    """
+    training = config.get("training")
+    value = training.get("steps_per_generation") if isinstance(training, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if curve.empty:
+        return None
+    overall = curve[curve["level"] == "overall"]
+    first = overall.groupby("gen")["step"].min()
+    inferred = {int(s) // (int(g) - 1) for g, s in first.items() if int(g) >= 2 and int(s) % (int(g) - 1) == 0}
+    if len(inferred) == 1 and min(inferred) >= 1:
+        return min(inferred)
+    counts = overall.groupby("gen")["step"].nunique()
+    return int(counts.max()) if not counts.empty else None
+
+
+def learning_curve_table(curve: pd.DataFrame) -> pd.DataFrame:
+    """One row per global step: generation, no-hint plays, the overall win rate, and the win rate per pool
+    source (a column per source present, :func:`ordered_sources` order; missing where a step had none).
+
+    >>> curve = pd.DataFrame({"step": [0, 0, 0, 1, 1], "gen": [1] * 5,
+    ...                       "level": ["overall", "source", "source", "overall", "source"],
+    ...                       "skill": [None] * 5, "source": [None, "design", "replay", None, "replay"],
+    ...                       "plays": [6, 4, 2, 2, 2], "errors": [0] * 5, "win_rate": [0.5, 0.25, 1.0, 0.5, 0.5]})
+    >>> learning_curve_table(curve).to_dict("records")  # doctest: +NORMALIZE_WHITESPACE
+    [{'step': 0, 'gen': 1, 'plays': 6, 'errors': 0, 'win_rate': 0.5, 'design': 0.25, 'replay': 1.0},
+     {'step': 1, 'gen': 1, 'plays': 2, 'errors': 0, 'win_rate': 0.5, 'design': nan, 'replay': 0.5}]
+    """
+    base = ["step", "gen", "plays", "errors", "win_rate"]
+    if curve.empty:
+        return pd.DataFrame(columns=base)
+    overall = curve[curve["level"] == "overall"][base].sort_values("step").reset_index(drop=True)
+    by_source = curve[curve["level"] == "source"]
+    wide = by_source.pivot(index="step", columns="source", values="win_rate")
+    sources = ordered_sources(by_source["source"])
+    table = overall.merge(wide.reindex(columns=sources).reset_index(), on="step", how="left")
+    table.columns = [str(c) for c in table.columns]
+    return table.astype({"step": int, "gen": int, "plays": int, "errors": int})

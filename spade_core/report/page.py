@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.report.data import RunData, eval_comparison, fixed_pool_of
+from spade_core.report.data import RunData, eval_comparison, fixed_pool_of, learning_curve_table
 
 NO_DATA = "no data yet"
 CODE_LIMIT = 20_000  # characters of code shown per environment
@@ -133,6 +133,7 @@ def _header(data: RunData, generated: dt.datetime) -> str:
         ("first artifact written", when(data.created)),
         ("last artifact written", when(data.last_write)),
         ("wall clock (first to last artifact)", span),
+        ("steps per generation (K)", text(data.steps_per_generation)),
         ("eval baseline run", baseline),
         ("report generated", when(generated)),
     ]
@@ -187,14 +188,17 @@ def _scores(figures: Mapping[str, bytes | None]) -> str:
 
 def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
     note = (
-        '<p class="note">Mean over the designs with a score row (valid or not); designs whose reply held no '
-        "code get scoring.invalid_reward and are not counted here.</p>"
+        '<p class="note">Per generation: mean ± standard deviation and range (min – max) over the designs with a '
+        "score row (valid or not); designs whose reply held no code get scoring.invalid_reward and are not "
+        "counted here.</p>"
     )
     columns: list[Column] = [
         ("gen", "gen", integer),
         ("designs", "designs", integer),
         ("mean", "mean", num()),
         ("std", "std", num()),
+        ("min", "min", num()),
+        ("max", "max", num()),
         ("mean_valid", "mean (valid designs)", num()),
     ]
     body = table(data.designer_reward, columns) if not data.designer_reward.empty else ""
@@ -205,6 +209,30 @@ def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
         image("designer_reward", figures.get("designer_reward"), "designer reward"),
         body,
     )
+
+
+def _learning_curve(data: RunData, figures: Mapping[str, bytes | None]) -> str:
+    k = data.steps_per_generation
+    note = (
+        '<p class="note">No-hint win rate per global step s (the checkpoint that played: episodes.policy_step) '
+        "= mean return of the no-hint plays of that step; a play that ended in an error counts as 0. Skill and "
+        "pool source (design, replay, starter, fixed) come from the generation's pool table. Hinted plays and "
+        "plays outside the run's steps (spade demo, spade rollout) are left out."
+        + (f" A new generation, with a new pool, starts every K = {k} steps (dotted lines)." if k else "")
+        + "</p>"
+    )
+    rows = learning_curve_table(data.learning_curve)
+    columns: list[Column] = [
+        ("step", "step", integer),
+        ("gen", "gen", integer),
+        ("plays", "no-hint plays", integer),
+        ("errors", "errors", integer),
+        ("win_rate", "win rate (all)", num()),
+    ]
+    columns += [(c, f"win rate ({c})", num()) for c in rows.columns[len(columns) :]]
+    body = table(rows, columns) if not rows.empty else ""
+    figure = image("learning_curve", figures.get("learning_curve"), "no-hint win rate per global step")
+    return _section("learning-curve", "Learning curve", note, figure, body)
 
 
 def _training(data: RunData, figures: Mapping[str, bytes | None]) -> str:
@@ -286,6 +314,7 @@ def render(data: RunData, figures: Mapping[str, bytes | None], generated: dt.dat
         _funnel(data, figures),
         _scores(figures),
         _designer_reward(data, figures),
+        _learning_curve(data, figures),
         _training(data, figures),
         _evals(data, figures),
         _top_envs(data),

@@ -19,6 +19,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from spade_core.report.data import ordered_sources
 
 _RC: dict[Any, Any] = {
     "text.parse_math": False,
@@ -29,6 +32,12 @@ _RC: dict[Any, Any] = {
     "font.size": 9,
 }
 _ROLE_COLOURS = {"agent": "tab:blue", "designer": "tab:orange"}
+_SOURCE_STYLES = {  # pool source -> (colour, line style)
+    "design": ("tab:blue", "-"),
+    "replay": ("tab:orange", "--"),
+    "starter": ("tab:green", "-."),
+    "fixed": ("tab:purple", ":"),
+}
 
 
 @contextmanager
@@ -96,7 +105,8 @@ def distribution(frame: pd.DataFrame, column: str, title: str, ylim: tuple[float
 
 
 def designer_reward(frame: pd.DataFrame) -> bytes | None:
-    """Mean designer reward per generation (± one standard deviation), and the mean over valid designs."""
+    """Designer reward per generation: the mean with a ± one-standard-deviation bar, the range (min to
+    max) as a light band, and the mean over the valid designs alone."""
     if frame.empty:
         return None
     gens = [int(g) for g in frame["gen"]]
@@ -104,15 +114,115 @@ def designer_reward(frame: pd.DataFrame) -> bytes | None:
     std = np.nan_to_num(frame["std"].to_numpy(dtype=float))
     with _figure() as (fig, out):
         ax = fig.add_subplot()
-        ax.plot(gens, mean, marker="o", label="all scored designs")
-        ax.fill_between(gens, mean - std, mean + std, alpha=0.2)
+        if {"min", "max"} <= set(frame.columns):
+            low, high = frame["min"].to_numpy(dtype=float), frame["max"].to_numpy(dtype=float)
+            ax.vlines(gens, low, high, color="tab:blue", alpha=0.25, linewidth=10, label="min – max")
+        ax.errorbar(gens, mean, yerr=std, marker="o", capsize=4, color="tab:blue", label="mean ± std (all scored)")
         valid = frame["mean_valid"].to_numpy(dtype=float)
         if not np.all(np.isnan(valid)):
-            ax.plot(gens, valid, marker="s", linestyle="--", label="valid designs")
+            ax.plot(gens, valid, marker="s", linestyle="--", color="tab:orange", label="mean (valid designs)")
         _gen_axis(ax, gens)
+        ax.set_xlim(min(gens) - 0.6, max(gens) + 0.6)
         ax.set_ylabel("designer reward")
         ax.set_title("Designer reward per generation")
         ax.legend(fontsize=8)
+    return out[0]
+
+
+def generation_boundaries(steps: list[int], k: int | None) -> list[int]:
+    """The global steps where a new generation (a new pool) starts, every ``k`` steps, inside the span of
+    ``steps`` (its first step excluded).
+
+    >>> generation_boundaries([0, 1, 2, 3, 4, 5], 2)
+    [2, 4]
+    >>> generation_boundaries([3, 5], 2), generation_boundaries([0, 1], None)
+    ([4], [])
+    """
+    if not steps or not k:
+        return []
+    first, last = min(steps), max(steps)
+    return list(range((first // k + 1) * k, last + 1, k))
+
+
+def learning_curve(frame: pd.DataFrame, steps_per_generation: int | None = None) -> bytes | None:
+    """No-hint win rate against the global step: per skill (left) and per pool source (right), each with the
+    overall win rate in bold black; dotted vertical lines where a generation starts (every K steps)."""
+    if frame.empty:
+        return None
+    overall = frame[frame["level"] == "overall"].sort_values("step")
+    steps = [int(s) for s in overall["step"]]
+    values = frame["win_rate"].to_numpy(dtype=float)
+    in_unit = bool(np.all((values >= 0) | np.isnan(values)) and np.all((values <= 1) | np.isnan(values)))
+    gens = [int(g) for g in overall["gen"]]
+    gen_at = dict(zip(steps, gens, strict=True))
+    if steps_per_generation:
+        boundaries = generation_boundaries(steps, steps_per_generation)
+    else:  # no K known: wherever the generation of the plays changes
+        boundaries = [s for s, g, before in zip(steps[1:], gens[1:], gens, strict=False) if g != before]
+    k = steps_per_generation
+    with _figure(width=9.0, height=4.4) as (fig, out):
+        skill_ax, source_ax = fig.subplots(1, 2, sharey=True)
+        marker = "o" if len(steps) <= 40 else None
+        skills = frame[frame["level"] == "skill"]
+        for skill, rows in skills.groupby("skill", sort=True):
+            rows = rows.sort_values("step")
+            skill_ax.plot(
+                rows["step"],
+                rows["win_rate"].to_numpy(dtype=float),
+                marker=marker,
+                markersize=3,
+                linewidth=1,
+                alpha=0.85,
+                label=str(skill),
+            )
+        sources = frame[frame["level"] == "source"]
+        for source in ordered_sources(sources["source"]):
+            rows = sources[sources["source"] == source].sort_values("step")
+            colour, style = _SOURCE_STYLES.get(source, ("tab:grey", (0, (1, 3))))
+            source_ax.plot(
+                rows["step"],
+                rows["win_rate"].to_numpy(dtype=float),
+                marker=marker,
+                markersize=3,
+                linewidth=1.4,
+                linestyle=style,
+                color=colour,
+                label=source,
+            )
+        for ax, title in ((skill_ax, "per skill"), (source_ax, "per pool source")):
+            ax.plot(
+                steps,
+                overall["win_rate"].to_numpy(dtype=float),
+                color="black",
+                linewidth=2.6,
+                marker=marker,
+                markersize=4,
+                label="overall",
+                zorder=5,
+            )
+            for boundary in boundaries:
+                ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
+            for start in [min(steps), *boundaries]:
+                gen = gen_at.get(start, start // k + 1 if k else None)
+                if gen is not None:
+                    ax.annotate(
+                        f"gen {gen}",
+                        (start, 1),
+                        xycoords=("data", "axes fraction"),
+                        xytext=(2, -2),
+                        textcoords="offset points",
+                        fontsize=7,
+                        color="grey",
+                        va="top",
+                    )
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+            ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
+            if in_unit:
+                ax.set_ylim(-0.05, 1.1)
+            ax.set_xlabel("global step (checkpoint that played)" + ("; dotted: new generation" if boundaries else ""))
+            ax.set_title(f"No-hint win rate {title}")
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=3, frameon=False)
+        skill_ax.set_ylabel("win rate (mean no-hint return)")
     return out[0]
 
 
