@@ -11,7 +11,7 @@ from importlib.resources import files
 from pathlib import Path
 
 DATA_PACKAGE = "spade_data"
-KINDS = ("configs", "seed_envs", "accelerate")
+KINDS = ("configs", "seed_envs", "starter_envs", "accelerate")
 
 
 def data_dir(kind: str) -> Path:

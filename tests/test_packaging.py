@@ -42,7 +42,13 @@ def _repo_files(folder: str, pattern: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "folder, pattern", [("data/configs", "*.yaml"), ("data/seed_envs", "*.py"), ("data/accelerate", "*.yaml")]
+    "folder, pattern",
+    [
+        ("data/configs", "*.yaml"),
+        ("data/seed_envs", "*.py"),
+        ("data/starter_envs", "*.py"),
+        ("data/accelerate", "*.yaml"),
+    ],
 )
 def test_bundled_data_is_package_data(wheel_names: set[str], folder: str, pattern: str) -> None:
     expected = [name.replace("data/", "spade_data/", 1) for name in _repo_files(folder, pattern)]

@@ -2,6 +2,9 @@
 seed the memory, serve as the fixed-environment baseline and as test fixtures. It is installed with the
 package (``spade_core.resources``).
 
+The starter environments in ``data/starter_envs/`` follow the same contract and naming; they are easy enough
+that the embedded 135M model wins some plays from the start (``rollout.starter_envs``, docs/DESIGN.md §7).
+
 File names are ``{skill}__{name}.py``; the skill key is one of ``config.GAME_SKILLS + config.TOOL_SKILLS``.
 """
 
@@ -15,6 +18,7 @@ from spade_core.envs.contract import env_id_for
 from spade_core.resources import data_dir
 
 SEED_DIR = data_dir("seed_envs")
+STARTER_DIR = data_dir("starter_envs")
 
 
 @dataclass(frozen=True)
@@ -41,3 +45,9 @@ def load_seed_envs(directory: Path = SEED_DIR) -> list[SeedEnv]:
             raise ValueError(f"seed env {path.name}: {exc}") from None
         envs.append(SeedEnv(name=name, skill=skill, kind=kind, path=path, code=path.read_text()))
     return envs
+
+
+def load_starter_envs(limit: int | None = None) -> list[SeedEnv]:
+    """The starter environments sorted by file name, the first ``limit`` of them (None: all)."""
+    envs = load_seed_envs(STARTER_DIR)
+    return envs if limit is None else envs[:limit]

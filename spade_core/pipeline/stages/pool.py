@@ -1,8 +1,9 @@
 """Pool: the environments a generation plays, written once as the ``pool`` table.
 
 New valid designs (one row per env_id), plus ``rollout.replay_envs`` environments replayed from the memory
-of ``gen - 1`` (PLR-style, beyond the paper) — or, for the fixed-environment baseline
-(``designer.fixed_pool``), the seed library or the valid environments of a stored run.
+of ``gen - 1`` (PLR-style, beyond the paper), plus the first ``rollout.starter_envs`` starter environments
+— or, for the fixed-environment baseline (``designer.fixed_pool``), the seed library, the starter
+environments or the valid environments of a stored run.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from spade_core.catalog import query
-from spade_core.envs.seeds import load_seed_envs
+from spade_core.envs.seeds import SeedEnv, load_seed_envs, load_starter_envs
 from spade_core.llm.base import Generator
 from spade_core.memory import Memory
 from spade_core.pipeline.context import GenerationContext
@@ -45,15 +46,29 @@ def designed_pool(designs: pd.DataFrame, memory: Memory, replay_envs: int) -> pd
     return pd.concat([frame, extra], ignore_index=True) if not extra.empty else frame.reset_index(drop=True)
 
 
+def library_rows(envs: list[SeedEnv], source: str) -> pd.DataFrame:
+    """Pool rows for library environments (seeds or starters), tagged with ``source``."""
+    rows = [
+        {"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code, "source": source}
+        for e in envs
+    ]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def with_starters(pool: pd.DataFrame, count: int) -> pd.DataFrame:
+    """``pool`` plus the first ``count`` starter environments not already in it (source ``starter``)."""
+    starters = library_rows(load_starter_envs(count), "starter") if count else pd.DataFrame(columns=COLUMNS)
+    starters = starters[~starters["env_id"].isin(pool["env_id"])]
+    return pd.concat([pool, starters], ignore_index=True) if not starters.empty else pool
+
+
 def fixed_pool(ctx: GenerationContext) -> pd.DataFrame:
-    """The fixed-environment baseline's pool: the seed library, or the valid environments of a stored run."""
+    """The fixed-environment baseline's pool: the seed library, the starters, or a stored run's valid envs."""
     source = ctx.cfg.designer.fixed_pool or "seeds"
     if source == "seeds":
-        rows = [
-            {"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code, "source": "fixed"}
-            for e in load_seed_envs()
-        ]
-        return pd.DataFrame(rows, columns=COLUMNS)
+        return library_rows(load_seed_envs(), "fixed")
+    if source == "starters":
+        return library_rows(load_starter_envs(), "fixed")
     run = source.removeprefix("run:")
     frame = query(
         ctx.store,
@@ -72,6 +87,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     else:
         designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
         envs = designed_pool(designs, ctx.previous_memory(), ctx.cfg.rollout.replay_envs)
+        envs = with_starters(envs, ctx.cfg.rollout.starter_envs)
     ctx.write("pool", envs, NAME)
     diversity = None
     if ctx.cfg.memory.report_diversity and not envs.empty:
@@ -81,6 +97,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     return {
         "env_ids": list(envs["env_id"]),
         "replayed": int((envs["source"] == "replay").sum()),
+        "starters": int((envs["source"] == "starter").sum()),
         "shards": shard_count(len(envs), ctx.shard_size),
         "diversity": diversity,
     }
