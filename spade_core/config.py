@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spade_core.hashing import short_hash
 from spade_core.resources import data_dir
@@ -101,20 +101,40 @@ class ModelConfig(_Section):
 
 class DesignerConfig(_Section):
     kind: Literal["game", "tool", "both"] = Field("both", description="Environment kinds to design.")
-    skills_per_generation: int = Field(3, ge=1, le=6, description="Round-robin skills per generation [3].")
-    documents_per_generation: int = Field(8, gt=0, description="Document prompts per generation.")
-    group_size: int = Field(4, gt=0, description="G designs per document prompt (one GRPO group).")
+    skills_per_generation: int = Field(
+        3, ge=1, le=6, description="Game skills per generation, round robin over the 6 [3]."
+    )
+    tool_skills_per_generation: int = Field(
+        6, ge=1, le=6, description="Tool-use skills per generation, round robin over the 6 [6: all]."
+    )
+    documents_per_generation: int = Field(24, gt=0, description="Design prompts per generation [24].")
+    group_size: int = Field(
+        1, gt=0, description="Designs per prompt [1]; more than 1 is beyond the paper (each design is scored alone)."
+    )
     difficulty: Literal["easy", "medium", "hard"] = Field("medium", description="Target difficulty.")
     memory_positive: int = Field(2, ge=0, description="Positive memory examples in the prompt [2].")
     memory_negative: int = Field(1, ge=0, description="Negative memory examples in the prompt [1].")
     repair_rounds: int = Field(0, ge=0, description="Rounds that feed validation errors back.")
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        description="Attempts per design prompt [5]: an invalid design is retried with a fresh document until one "
+        "is valid or the attempts run out (repair rounds count as attempts). Failed attempts are never trained on.",
+    )
+    training_delay: int | None = Field(
+        None,
+        ge=1,
+        description="D: a generation's designs are trained D global steps after its first step, first in that "
+        "step's batch [D = K]. Must be >= K, so the reward window is complete. None = K.",
+    )
     max_new_tokens: int = Field(2048, gt=0, description="Tokens per design.")
     train: bool = Field(True, description="False = the 'no designer training' ablation.")
     fixed_pool: str | None = Field(
         None,
-        pattern=r"^(seeds|run:[A-Za-z0-9][A-Za-z0-9_.\-]*)$",
-        description="Fixed-environment baseline: no designer; the agent plays 'seeds' (the seed library) or "
-        "'run:RUN_ID' (the valid environments stored by that run). None = SPADE.",
+        pattern=r"^(seeds|starters|run:[A-Za-z0-9][A-Za-z0-9_.\-]*)$",
+        description="Fixed-environment baseline: no designer; the agent plays 'seeds' (the seed library), "
+        "'starters' (the starter environments) or 'run:RUN_ID' (the valid environments stored by that run). "
+        "None = SPADE.",
     )
 
 
@@ -128,6 +148,24 @@ class ValidationConfig(_Section):
     max_pids: int = Field(16, ge=1, description="Processes per jail (cgroup pids or RLIMIT_NPROC).")
     max_message_kb: int = Field(64, ge=1, description="Cap of one protocol message from the jail.")
     parallel_jails: int = Field(2, ge=1, description="Jails running at once in a pool.")
+    mode: Literal["full", "smoke"] = Field(
+        "full",
+        description="'full' = the 8 jailed checks; 'smoke' = the authors' smoke test (load, reset(seed=42), 3 "
+        "boxed test actions, rewards in [-10, 10], reset(seed=123)), still in the jail.",
+    )
+    disabled_checks: list[str] = Field(
+        default_factory=list, description="Checks of 'full' mode to skip, by name (spade_core/validate.py CHECK_NAMES)."
+    )
+
+    @field_validator("disabled_checks")
+    @classmethod
+    def _known_checks(cls, names: list[str]) -> list[str]:
+        from spade_core.validate import CHECK_NAMES  # validate imports this module
+
+        unknown = [n for n in names if n not in CHECK_NAMES]
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}; checks: {', '.join(CHECK_NAMES)}")
+        return names
 
 
 class RolloutConfig(_Section):
@@ -149,14 +187,31 @@ class RolloutConfig(_Section):
         None, gt=0, description="Token budget of a hint [4096 games, 2048 tool use]; None = 2 x hint_max_words."
     )
     replay_envs: int = Field(0, ge=0, description="Memory envs replayed per generation (PLR-style; 0 = paper).")
+    hint_rewrites: int = Field(
+        1, ge=0, description="Rewrites of a hint that leaks the solution; still leaking = no regret term [1]."
+    )
+    env_retries: int = Field(
+        1, ge=0, description="Retries of a play that failed because the environment broke (not the agent) [1]."
+    )
+    starter_envs: int = Field(
+        0,
+        ge=0,
+        description="Starter environments (data/starter_envs/, ones a small model wins sometimes) added to every "
+        "pool, first N by file name; 0 = paper. They give a tiny model's groups reward variance from step 0.",
+    )
     jail_time_limit_s: int = Field(
         3600, gt=0, description="Wall-clock limit of one episode's jail (it idles while the model generates)."
     )
 
 
 class ScoringConfig(_Section):
-    designer_reward: Literal["blend", "regret", "solve_rate", "learnability"] = Field(
+    designer_reward: Literal["blend", "regret", "solve_rate", "learnability", "learning_potential"] = Field(
         "blend", description="Designer reward variant [blend]."
+    )
+    lp_gamma_fast: float = Field(0.98, gt=0, lt=1, description="learning_potential: fast EMA factor [0.98].")
+    lp_gamma_slow: float = Field(0.85, gt=0, lt=1, description="learning_potential: slow EMA factor [0.85].")
+    reward_scale_cap: float = Field(
+        50.0, gt=0, description="Designer reward scale min(n_agent / n_designer * K, cap) [50]."
     )
     regret_weight: float = Field(0.4, ge=0, le=1, description="Weight of the regret term in blend [0.4].")
     regret_scale: float = Field(0.15, gt=0, description="Regret normaliser in blend [0.15].")
@@ -176,6 +231,10 @@ class MemoryConfig(_Section):
         None, description="Reject a valid design whose MiniLM cosine similarity to a memory env exceeds this."
     )
     report_diversity: bool = Field(True, description="Vendi score of each generation's pool (MiniLM embeddings).")
+    seed_with_library: bool = Field(
+        False, description="Start the memory with the seed library [off: the paper's memory starts empty]."
+    )
+    code_chars: int = Field(2000, gt=0, description="Stored code of a memory entry is cut to this length [2000].")
 
 
 class TrainingConfig(_Section):
@@ -260,6 +319,16 @@ class SpadeConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
+    @model_validator(mode="after")
+    def _delay_covers_the_window(self) -> SpadeConfig:
+        delay, k = self.designer.training_delay, self.training.steps_per_generation
+        if delay is not None and delay < k:
+            raise ValueError(
+                f"designer.training_delay {delay} must be >= training.steps_per_generation {k}: a design's "
+                "reward is measured over its generation's whole window of K steps"
+            )
+        return self
+
     def config_hash(self) -> str:
         """Stable 16-hex hash of the resolved config (key order and formatting independent)."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -327,7 +396,9 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
 
 def _format_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "config"
+    if not err["loc"] or isinstance(err.get("input"), dict):  # a check across keys: its message names them
+        return str(err["msg"]).removeprefix("Value error, ")
+    key = ".".join(str(p) for p in err["loc"])
     value = err.get("input")
     if err["type"] == "extra_forbidden":
         return f"unknown config key {key!r}"

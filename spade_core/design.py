@@ -1,14 +1,17 @@
 """The designer (docs/DESIGN.md §7 steps 1–4): skills, the design prompt, code extraction, repair rounds.
 
-One document prompt yields ``designer.group_size`` designs (G), which form one GRPO group for the
-designer. The prompt quotes the environment contract from its single source
-(:data:`spade_core.envs.contract.CONTRACT`), the target skill and difficulty, memory examples (positive:
-same skill, in-band win rate, high regret; negative: too easy or too hard) and asks for a *different*
-environment. Code is taken from the reply's ```python block; validation happens in the jail.
+One document prompt yields ``designer.group_size`` designs [1]. The prompt holds the document (cut by
+:func:`truncate_document`, with the authors' marker), the authors' interactive spec (hidden state, several
+turns, partial reward, a goal that needs 3+ interaction steps; 2+ when easy), the environment contract from
+its single source (:data:`spade_core.envs.contract.CONTRACT`), the target skill and difficulty, and memory
+examples of the same skill (positive: in-band win rate, high regret, with code; negative: too easy or too
+hard, by class name only), and asks for a *different* environment. Code is taken from the reply's
+```python block; validation happens in the jail.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -25,12 +28,80 @@ DESIGNER_SYSTEM = (
     "agent. You write complete, self-contained Python code that follows the contract exactly."
 )
 
+TRUNCATION_MARKER = "[Document truncated at ~{n} words]"
+
 _FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[ \t]*\n(?P<body>.*?)(?:```|\Z)", re.S)
+
+# The authors' interactive spec (spade/core/prompts/corpus_template.py:18-96), in our words and under our
+# contract: hidden state, several turns, partial reward, a goal that needs several interaction steps.
+INTERACTIVE_SPEC = r"""
+The environment MUST be genuinely interactive and multi-turn, NOT a one-shot question to answer.
+
+What makes it interactive (all of these are required):
+- ONE ACTION PER TURN, AND IT IS A COMMAND: each action changes the environment (a move, a probe, a
+  measurement, an operation); it is not a final answer that is graded once. The environment parses the
+  action, UPDATES its state and returns a NEW observation that shows the changed state.
+- HIDDEN STATE: the first observation does not reveal everything. Part of the state stays hidden until
+  the agent acts to uncover it (probing, querying, exploring); the observation grows or changes as it acts.
+- SEVERAL TURNS: the goal cannot be reached with one action. It takes a sequence of actions: explore to
+  learn the hidden facts and then act on them, or change the state step by step towards a target.
+- PARTIAL REWARD: an action that makes real progress towards the goal earns a partial reward, strictly
+  below the success reward; terminated=True only when the goal is reached.
+- Every observation shows the updated state and reminds the agent how to write its next action.
+
+Do NOT (each of these turns it back into a one-shot quiz):
+- read one answer, grade it and end the episode;
+- state the whole problem in the first observation and just check one submitted value;
+- repeat the same unchanged task every turn with only "wrong, try again" as feedback.
+""".strip()
+
+GAME_ACTIONS = r"""
+How the agent acts in a game: every turn it replies with ONE command inside \boxed{...}, for example
+\boxed{measure node 3}, \boxed{move north} or \boxed{open valve A}. Read it with `parse_boxed(action)` and
+treat the text as a command that changes the state. List the available commands in the first observation
+(but never the solution), and end every observation by asking for the next command as \boxed{<command>}.
+""".strip()
+
+TOOL_ACTIONS = r"""
+How the agent acts in a tool-use environment: every turn it makes ONE tool call, and each tool either
+reads part of the hidden state or changes it. Provide tools that query the state AND tools that change
+it; a tool called before its preconditions hold answers with an error message, so the agent must look
+before it acts. No single tool call may return enough to finish the task: the agent must combine the
+results of several different tools, each call depending on what an earlier one revealed or changed.
+Report partial progress through `progress()`. The first observation states the task and the answer
+format, but neither the hidden data nor the answer.
+""".strip()
+
+GROUNDING = """
+Grounding: playing the environment must require understanding a concept or technique from the document:
+if it describes an algorithm, the agent carries the algorithm out step by step; if it describes a system,
+the agent operates that system over several turns. The agent never sees the document, so the environment
+must stand on its own: its text never refers to the document ("according to the passage", "the text").
+""".strip()
+
+ROBUSTNESS = r"""
+Robustness (the most common failures; follow all of them or the environment will not load):
+- Braces: in f-strings and str.format a {name} is a field; a literal brace must be doubled, so an
+  f-string that shows \boxed{<command>} is written f"... \\boxed{{<command>}} ...".
+- Set every attribute in `__init__` before calling `reset`, so that no attribute is missing mid-episode.
+- Only the standard library, and import everything you use (`math.cos(x)`, never a bare `cos` or numpy).
+- Games: every path of `step` returns the 5-tuple (str, float, bool, bool, dict); `info` is always a
+  dict. Tool use: every tool returns a string, also when its arguments are wrong.
+- An unknown or garbage action gets a helpful observation and the reward the contract gives a malformed
+  action, never an exception.
+- Never divide by a value that can be zero; never overwrite a method with data (keep the answer in
+  `self._solution`, not `self.solution`).
+
+Check your work before you answer:
+- Trace two different action sequences from `reset(seed=0)`: the observations must differ with the
+  actions. If they never change, the environment is not interactive: fix it.
+- Is each action a command that moves the state on, rather than a final answer that ends the episode?
+- Does progress earn a partial reward below the success reward, and does playing `solution()` reach the goal?
+""".strip()
 
 
 class MemoryExample(Protocol):
-    """An environment from memory shown to the designer, with what the agent did on it
-    (:class:`spade_core.memory.MemoryEntry` is one)."""
+    """A positive example from memory, shown with its code (:class:`spade_core.memory.MemoryEntry` is one)."""
 
     @property
     def skill(self) -> str: ...
@@ -45,28 +116,109 @@ class MemoryExample(Protocol):
     def regret(self) -> float: ...
 
 
+class NegativeExample(Protocol):
+    """A negative example from memory, shown by name only (:class:`spade_core.memory.MemoryEntry` is one)."""
+
+    @property
+    def skill(self) -> str: ...
+
+    @property
+    def win_rate(self) -> float: ...
+
+    @property
+    def class_name(self) -> str: ...
+
+
 def skills_for_generation(gen: int, cfg: DesignerConfig) -> list[str]:
-    """Round-robin subset of ``skills_per_generation`` skills per kind (docs/DESIGN.md §7 step 1).
+    """The skills of generation ``gen`` (docs/DESIGN.md §7 step 1), round robin per kind: games take
+    ``skills_per_generation`` [3] of the 6 game skills, tool use ``tool_skills_per_generation`` [6: all] of
+    the 6 tool skills; kind ``both`` gets the game skills, then the tool skills. The window advances by its
+    own size each generation (the authors' ``select_active_skills``, ``spade/slime/spade_rollout.py:198-215``).
 
     >>> from spade_core.config import DesignerConfig
     >>> skills_for_generation(1, DesignerConfig(kind="game", skills_per_generation=3))
     ['mathematical_reasoning', 'logical_deduction', 'spatial_reasoning']
     >>> skills_for_generation(2, DesignerConfig(kind="game", skills_per_generation=3))
     ['pattern_recognition', 'optimization', 'causal_inference']
+    >>> len(skills_for_generation(2, DesignerConfig(kind="tool")))
+    6
     """
-    pools = {"game": [GAME_SKILLS], "tool": [TOOL_SKILLS], "both": [GAME_SKILLS, TOOL_SKILLS]}[cfg.kind]
+    per_kind = {
+        "game": [(GAME_SKILLS, cfg.skills_per_generation)],
+        "tool": [(TOOL_SKILLS, cfg.tool_skills_per_generation)],
+        "both": [(GAME_SKILLS, cfg.skills_per_generation), (TOOL_SKILLS, cfg.tool_skills_per_generation)],
+    }[cfg.kind]
     chosen: list[str] = []
-    for pool in pools:
-        start = ((gen - 1) * cfg.skills_per_generation) % len(pool)
-        chosen += [pool[(start + i) % len(pool)] for i in range(cfg.skills_per_generation)]
+    for pool, count in per_kind:
+        count = min(count, len(pool))
+        start = ((gen - 1) * count) % len(pool)
+        chosen += [pool[(start + i) % len(pool)] for i in range(count)]
     return chosen
 
 
-def _example_block(example: MemoryExample, label: str) -> str:
+def truncate_document(text: str, max_words: int) -> str:
+    """``text`` cut after its first ``max_words`` words, with the authors' marker appended only when it cut
+    (``spade/core/corpus.py:110-116``). Whitespace up to the cut is kept as it was (paragraphs survive).
+
+    >>> truncate_document("one two  three\\nfour", 2)
+    'one two\\n[Document truncated at ~2 words]'
+    >>> truncate_document("one two  three", 3)
+    'one two  three'
+    """
+    if max_words <= 0:
+        raise ValueError(f"max_words must be positive, got {max_words}")
+    words = list(itertools.islice(re.finditer(r"\S+", text), max_words + 1))
+    if len(words) <= max_words:
+        return text
+    return text[: words[max_words - 1].end()] + "\n" + TRUNCATION_MARKER.format(n=max_words)
+
+
+def interaction_steps(difficulty: str) -> int:
+    """The interaction steps the goal should need: 2 when easy, else 3 (``corpus_template.py:116``).
+
+    >>> interaction_steps("easy"), interaction_steps("medium"), interaction_steps("hard")
+    (2, 3, 3)
+    """
+    return 2 if difficulty == "easy" else 3
+
+
+def env_class_name(code: str) -> str | None:
+    """The environment class of a module: the top-level class whose body defines ``reset`` or that subclasses
+    ``ToolEnv``; else the last class named ``...Env``; else the first class; None without one. Works on code
+    cut mid-module (memory keeps 2000 characters for the prompt).
+
+    >>> env_class_name("class Cell:\\n    pass\\n\\nclass MazeEnv:\\n    def reset(self, seed=None): ...\\n")
+    'MazeEnv'
+    >>> env_class_name("class Ledger(ToolEnv):\\n    def tool_sum(self") , env_class_name("x = 1") is None
+    ('Ledger', True)
+    """
+    heads = list(re.finditer(r"^class[ \t]+(\w+)[ \t]*(\([^)]*\))?", code, re.M))
+    if not heads:
+        return None
+    for i, head in enumerate(heads):
+        body = code[head.end() : heads[i + 1].start() if i + 1 < len(heads) else len(code)]
+        if re.search(r"^[ \t]+def[ \t]+reset\b", body, re.M) or "ToolEnv" in (head.group(2) or ""):
+            return head.group(1)
+    named = [h.group(1) for h in heads if h.group(1).endswith("Env")]
+    return named[-1] if named else heads[0].group(1)
+
+
+def _check_skill(examples: Sequence[MemoryExample] | Sequence[NegativeExample], skill: str, what: str) -> None:
+    other = sorted({e.skill for e in examples if e.skill != skill})
+    if other:
+        raise ValueError(f"{what} examples must be of the target skill {skill!r}, got {other}")
+
+
+def _positive_block(example: MemoryExample, index: int) -> str:
     return (
-        f"### {label} (skill: {SKILL_TEXT.get(example.skill, example.skill)}; agent win rate "
+        f"### Example {index} (skill: {SKILL_TEXT.get(example.skill, example.skill)}; agent win rate "
         f"{example.win_rate:.2f}; regret {example.regret:+.2f})\n```python\n{example.code.strip()}\n```"
     )
+
+
+def _negative_line(example: NegativeExample) -> str:
+    reason = "too easy" if example.win_rate > 0.5 else "too hard"
+    return f"- {reason} (win_rate={example.win_rate:.2f}): class {example.class_name}"
 
 
 def design_messages(
@@ -74,36 +226,54 @@ def design_messages(
     skill: str,
     difficulty: str,
     positives: Sequence[MemoryExample] = (),
-    negatives: Sequence[MemoryExample] = (),
+    negatives: Sequence[NegativeExample] = (),
 ) -> list[dict[str, str]]:
-    """The chat prompt of one design (docs/DESIGN.md §7 step 3)."""
+    """The chat prompt of one design (docs/DESIGN.md §7 step 3).
+
+    In order: the document (already cut, see :func:`truncate_document`) with the grounding rules, the
+    authors' interactive spec and how the agent acts in this kind, the contract (it rules: interface,
+    determinism, rewards), the robustness rules and self-check, target skill, difficulty and the number of
+    interaction steps, then the memory: positives of the same skill with their (cut) code, negatives of
+    the same skill by class name only (``spade/core/env_memory.py:125-151``). An example of another skill
+    is an error: the memory retrieves by skill.
+    """
     kind = skill_kind(skill)
+    _check_skill(positives, skill, "positive")
+    _check_skill(negatives, skill, "negative")
     parts = []
     if document:
         parts.append(
-            "Here is a document. Ground the environment in its subject matter (entities, facts, "
-            f"processes), so that playing it exercises knowledge or reasoning about it.\n\n<document>\n"
-            f"{document.strip()}\n</document>"
+            "Here is a reference document. Create an interactive, multi-turn environment grounded in a "
+            f"concept or technique from it.\n\n<document>\n{document.strip()}\n</document>\n\n{GROUNDING}"
         )
-    parts.append(f"Environment contract:\n\n{CONTRACT}")
+    parts.append(INTERACTIVE_SPEC)
+    parts.append(GAME_ACTIONS if kind == "game" else TOOL_ACTIONS)
+    parts.append(
+        "Environment contract (its rules override anything above that disagrees; its short example shows "
+        f"the interface only, not the interactivity required above):\n\n{CONTRACT}"
+    )
+    parts.append(ROBUSTNESS)
     kind_text = (
         "a GAME environment (actions are \\boxed{...} commands)"
         if kind == "game"
         else "a TOOL-USE environment (subclass spade_env.ToolEnv; tools are tool_* methods)"
     )
+    steps = interaction_steps(difficulty)
     parts.append(
-        f"Target skill: {SKILL_TEXT[skill]}. Difficulty: {difficulty}. Write {kind_text}. It should be "
-        "solvable by a careful agent within the turn budget, but not by guessing."
+        f"Target skill: {SKILL_TEXT[skill]}. Difficulty: {difficulty}: the goal should need {steps}+ "
+        f"interaction steps. Write {kind_text}. It should be solvable by a careful agent within the turn "
+        "budget, but not by guessing."
     )
     if positives:
         parts.append(
-            "Environments at the right level for the agent (learn from their style):\n\n"
-            + "\n\n".join(_example_block(e, f"Good example {i + 1}") for i, e in enumerate(positives))
+            "Examples of environments that trained the agent well (win rate in the useful band; a hint "
+            "helped, i.e. high regret). Use them as inspiration for structure and complexity, but create a "
+            "DIFFERENT environment:\n\n" + "\n\n".join(_positive_block(e, i + 1) for i, e in enumerate(positives))
         )
     if negatives:
         parts.append(
-            "Environments at the wrong level (the agent almost always or almost never wins):\n\n"
-            + "\n\n".join(_example_block(e, f"Bad example {i + 1}") for i, e in enumerate(negatives))
+            "Avoid environments like these (the agent almost always or almost never won them):\n"
+            + "\n".join(_negative_line(e) for e in negatives)
         )
     parts.append(
         "Create a NEW environment that is different from the examples. Reply with a one-sentence "

@@ -1,25 +1,36 @@
 """The environment memory (docs/DESIGN.md §7 steps 3 and 8): a FIFO of scored environments for the designer prompt.
 
-Rules (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7; constants from
-:class:`~spade_core.config.MemoryConfig`, paper defaults in brackets):
+Rules (SPADE, the authors' ``spade/core/env_memory.py``; constants from :class:`~spade_core.config.MemoryConfig`,
+paper defaults in brackets):
 
 - **Add** (step 8): every scored environment (env_id, skill, kind, code, win rate, regret, gen). Adding an
   env_id already held replaces its entry and moves it to the newest position (a replayed environment
   carries its latest measurement). Beyond ``capacity`` [200] the oldest entries are evicted.
-- **Positives** (step 3): same skill, ``lo <= win_rate <= hi`` [0.15, 0.85], "top regret". Here "top" is
-  precise: in-band entries sorted by regret, highest first (ties: newest first); the pool is the first
-  ``2k``; with an rng, ``k`` are sampled from the pool without replacement, else the first ``k`` are taken.
-  Returned highest regret first. The pool of 2k rather than the top k is our choice: it varies the examples
-  between the prompts of one generation while keeping them near the top.
-- **Negatives** (step 3): any skill, ``win_rate > negative_high`` [0.9] or ``< negative_low`` [0.1]; with an
-  rng, ``k`` sampled uniformly without replacement, else the ``k`` newest. Win rates in (0.85, 0.9] or
-  [0.1, 0.15) are neither positive nor negative.
-- **Replay** (step 6, beyond the paper): the top ``k`` in-band entries of any skill by regret.
+- **Win rate in memory** = the fraction of the no-hint plays with return > 0 (the authors'
+  ``spade_rollout.py:728``), given to :meth:`Memory.add_scored` as ``wins`` (:func:`win_fractions` computes
+  it from the episodes; an episode with an ``error_type`` counts as not won). Without ``wins`` the scores'
+  ``win_rate`` (the mean return) is stored.
+- **Positives** (step 3): same skill, ``lo <= win_rate <= hi`` [0.15, 0.85], sorted by regret, highest
+  first (ties: newest first); the pool is the top ``max(3k, 10)`` (``env_memory.py:96-99``); with an rng
+  ``k`` are sampled from the pool without replacement, else the first ``k`` are taken. Returned highest
+  regret first, their code cut to ``code_chars`` [2000] characters (what the designer sees).
+- **Negatives** (step 3): same skill, ``win_rate > negative_high`` [0.9] or ``< negative_low`` [0.1]; with an
+  rng, ``k`` sampled uniformly without replacement, else the ``k`` newest. The prompt shows them by class
+  name only (:attr:`MemoryEntry.class_name`), never their code. Win rates in (0.85, 0.9] or [0.1, 0.15) are
+  neither positive nor negative.
+- **Stored code**: an entry keeps its whole module, because replay (below) plays it and the novelty
+  filter compares with it; the cut to ``code_chars`` [2000] (the authors store only that snippet,
+  ``env_memory.py:60``) is applied where code enters the prompt, so the designer sees what the authors'
+  designer sees.
+- **Replay** (step 6, beyond the paper): the top ``k`` in-band entries of any skill by regret; an empty
+  memory replays nothing.
 - Sampling is deterministic given the rng's seed. ``enabled = False`` (the "no memory" ablation) makes
   both retrievals return ``[]``; adding and persistence still work.
-- **Seeding**: the shipped seed environments have never been played, so they enter with
+- **Start**: empty [the paper's memory starts empty], or with ``seed_with_library`` (on in ``tiny``) the
+  shipped seed environments (:meth:`Memory.initial`). They have never been played, so they enter with
   ``win_rate = 0.5`` (mid-band: usable as positives from the first generation), ``regret = 0.0`` (so any
-  measured positive regret outranks them) and ``gen_added = 0``.
+  measured positive regret outranks them) and ``gen_added = 0``. :meth:`Memory.seeded` seeds regardless
+  of the switch (``spade design`` shows examples with it).
 - **Persistence**: one full snapshot per generation in the ``memory`` table (stage ``memory``), rows
   oldest to newest. The snapshot of generation g is the memory after step 8 of g; generation g's designer
   reads ``Memory.load(store, run_id, gen=g - 1)``.
@@ -29,12 +40,14 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
+from sandbox.outcome import is_env_error
 from spade_core.config import MemoryConfig, skill_kind
+from spade_core.design import env_class_name
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
 from spade_core.schemas import SCHEMAS
 from spade_core.store import Store
@@ -44,6 +57,8 @@ SEED_WIN_RATE = 0.5
 SEED_REGRET = 0.0
 SEED_GEN = 0
 STAGE = "memory"
+POSITIVE_POOL_FACTOR = 3  # positives are drawn from the top max(3k, 10) by regret
+POSITIVE_POOL_MIN = 10
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,11 @@ class MemoryEntry:
     win_rate: float
     regret: float
     gen_added: int
+
+    @property
+    def class_name(self) -> str:
+        """The environment class's name, as a negative example shows it (the env_id when no class is found)."""
+        return env_class_name(self.code) or self.env_id
 
 
 def _rng(rng: random.Random | int | None) -> random.Random | None:
@@ -92,7 +112,9 @@ class Memory:
         while len(self._entries) > self.cfg.capacity:
             self._entries.popitem(last=False)
 
-    def add_scored(self, scores: pd.DataFrame, envs: pd.DataFrame, gen: int) -> int:
+    def add_scored(
+        self, scores: pd.DataFrame, envs: pd.DataFrame, gen: int, wins: Mapping[str, float] | None = None
+    ) -> int:
         """Add every valid scored environment of generation ``gen``; returns how many were added.
 
         Args:
@@ -100,6 +122,9 @@ class Memory:
             envs: ``env_id`` and ``code`` of the same environments, and ``valid`` where some are invalid
                 (no ``valid`` column: every row ran); extra columns are ignored.
             gen: the generation that scored them.
+            wins: env_id -> fraction of its no-hint plays with return > 0 (:func:`win_fractions`), the win
+                rate the memory stores [the authors']; every added env must be in it. None: the scores'
+                ``win_rate`` (the mean no-hint return) is stored.
         """
         ran = envs["valid"].astype(bool) if "valid" in envs.columns else pd.Series(True, index=envs.index)
         valid = envs.loc[ran, ["env_id", "code"]].drop_duplicates("env_id")
@@ -109,7 +134,13 @@ class Memory:
             if row.env_id not in code_of:
                 continue  # invalid designs are not environments to show the designer
             env_id, skill = str(row.env_id), str(row.skill)
-            win, regret = float(row.win_rate), float(row.regret)
+            if wins is None:
+                win = float(row.win_rate)
+            elif env_id in wins:
+                win = float(wins[env_id])
+            else:
+                raise ValueError(f"no win fraction for scored env {env_id!r}: pass every env's no-hint plays")
+            regret = float(row.regret)
             self.add(MemoryEntry(env_id, skill, skill_kind(skill), str(code_of[env_id]), win, regret, gen))
             added += 1
         return added
@@ -121,32 +152,42 @@ class Memory:
 
     @classmethod
     def seeded(cls, cfg: MemoryConfig | None = None) -> Memory:
+        """The seed library, whatever ``seed_with_library`` says (for ``spade design`` and tests)."""
         memory = cls(cfg)
         memory.seed_from_library()
         return memory
+
+    @classmethod
+    def initial(cls, cfg: MemoryConfig | None = None) -> Memory:
+        """The memory before the first generation: empty [paper], the seed library with ``seed_with_library``."""
+        cfg = cfg if cfg is not None else MemoryConfig()
+        return cls.seeded(cfg) if cfg.seed_with_library else cls(cfg)
 
     # -- retrieval (step 3) -----------------------------------------------------------------------------
     def _newest_first(self) -> list[MemoryEntry]:
         return list(reversed(self._entries.values()))
 
     def positives(self, skill: str, k: int = 2, rng: random.Random | int | None = None) -> list[MemoryEntry]:
-        """Up to ``k`` same-skill, in-band entries from the top ``2k`` by regret, highest regret first."""
+        """Up to ``k`` same-skill, in-band entries drawn from the top ``max(3k, 10)`` by regret, highest regret
+        first, their code cut to ``code_chars`` for the prompt."""
         skill_kind(skill)
         if not self.cfg.enabled or k <= 0:
             return []
         lo, hi = self.cfg.positive_win_rate
         in_band = [e for e in self._newest_first() if e.skill == skill and lo <= e.win_rate <= hi]
-        pool = sorted(in_band, key=lambda e: -e.regret)[: 2 * k]  # stable sort: ties stay newest first
+        size = max(POSITIVE_POOL_FACTOR * k, POSITIVE_POOL_MIN)
+        pool = sorted(in_band, key=lambda e: -e.regret)[:size]  # stable sort: ties stay newest first
         generator = _rng(rng)
         chosen = pool[:k] if generator is None or len(pool) <= k else generator.sample(pool, k)
-        return sorted(chosen, key=lambda e: -e.regret)
+        return [replace(e, code=e.code[: self.cfg.code_chars]) for e in sorted(chosen, key=lambda e: -e.regret)]
 
-    def negatives(self, k: int = 1, rng: random.Random | int | None = None) -> list[MemoryEntry]:
-        """Up to ``k`` entries of any skill the agent almost always or almost never solves."""
+    def negatives(self, skill: str, k: int = 1, rng: random.Random | int | None = None) -> list[MemoryEntry]:
+        """Up to ``k`` same-skill entries the agent almost always or almost never wins (shown by class name)."""
+        skill_kind(skill)
         if not self.cfg.enabled or k <= 0:
             return []
         high, low = self.cfg.negative_high, self.cfg.negative_low
-        candidates = [e for e in self._newest_first() if e.win_rate > high or e.win_rate < low]
+        candidates = [e for e in self._newest_first() if e.skill == skill and (e.win_rate > high or e.win_rate < low)]
         generator = _rng(rng)
         return candidates[:k] if generator is None or len(candidates) <= k else generator.sample(candidates, k)
 
@@ -192,22 +233,44 @@ class Memory:
 
     @classmethod
     def load(cls, store: Store, run_id: str, gen: int | None = None, cfg: MemoryConfig | None = None) -> Memory:
-        """The latest snapshot at or before ``gen`` (None: the latest); the seeded memory when there is none.
+        """The latest snapshot at or before ``gen`` (None: the latest); :meth:`initial` when there is none.
 
         Reads the one snapshot of ``gen`` when it exists (what every generation's pipeline needs); only
-        otherwise lists the run's snapshots. A snapshot with no rows counts as none (the memory never
-        empties once seeded).
+        otherwise lists the run's snapshots. A snapshot with no rows counts as none: the memory only grows
+        (FIFO eviction keeps ``capacity`` entries), so an empty snapshot means nothing has entered yet.
         """
         if gen is not None and gen < 1:
-            return cls.seeded(cfg)  # before the first generation
+            return cls.initial(cfg)  # before the first generation
         if gen is not None:
             frame = store.read_table("memory", run_id, gen, stages=[STAGE])
             if not frame.empty:
                 return cls.from_frame(frame, cfg)
         frame = store.read_table("memory", run_id=run_id, stages=[STAGE])
-        if gen is not None:
+        if gen is not None and not frame.empty:
             frame = frame[frame["gen"] <= gen]
         if frame.empty:
-            return cls.seeded(cfg)
+            return cls.initial(cfg)
         latest = frame[frame["gen"] == frame["gen"].max()]
         return cls.from_frame(latest, cfg)
+
+
+def win_fractions(episodes: pd.DataFrame) -> dict[str, float]:
+    """env_id -> fraction of its no-hint plays with return > 0: the win rate the memory stores.
+
+    ``episodes``: ``env_id``, ``condition``, ``episode_return`` and optionally ``error_type``: a play the
+    environment broke (a sandbox error class) is left out, as in scoring; any other error counts as not won.
+    Hinted plays are ignored; an env without no-hint plays is absent.
+
+    >>> eps = pd.DataFrame({"env_id": ["a", "a", "a", "a", "b"], "condition": ["no_hint"] * 3 + ["hint", "hint"],
+    ...                     "episode_return": [0.5, -1.0, 0.0, 1.0, 1.0]})
+    >>> win_fractions(eps)
+    {'a': 0.3333333333333333}
+    """
+    plays = episodes[episodes["condition"] == "no_hint"]
+    if "error_type" in plays.columns:
+        plays = plays[~plays["error_type"].map(is_env_error).astype(bool)]
+    won = plays["episode_return"].astype(float) > 0
+    if "error_type" in plays.columns:
+        won &= plays["error_type"].isna()
+    fractions = won.groupby(plays["env_id"]).mean()
+    return {str(env_id): float(value) for env_id, value in fractions.items()}

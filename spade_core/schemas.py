@@ -28,7 +28,9 @@ SCHEMAS: dict[str, pa.Schema] = {
     "designs": pa.schema(
         [
             _f("design_id", _str),
-            _f("attempt", pa.int32()),  # 0 = the designer's reply; k > 0 = its k-th repair (validate stage)
+            # 0 = the designer's first reply; k > 0 = the k-th retry of the prompt (validate stage): a repair
+            # of the failed reply (designer.repair_rounds) or a fresh design from a fresh document.
+            _f("attempt", pa.int32()),
             _f("doc_id", _str, True),
             _f("group_id", _str),
             _f("skill", _str),
@@ -39,6 +41,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("env_id", _str, True),
             _f("model_ref", _str),
             _f("policy_step", pa.int64()),  # the checkpoint (global step) that wrote the reply
+            # The sampled tokens of the reply and the behaviour log-prob of each (null: the backend gave none);
+            # the designer is trained on exactly these tokens, with truncated importance sampling.
+            _f("completion_ids", pa.list_(pa.int32()), True),
+            _f("logprobs", pa.list_(pa.float32()), True),
         ]
     ),
     "validations": pa.schema(
@@ -73,7 +79,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("skill", _str),
             _f("kind", _str),
             _f("code", _str),
-            _f("source", _str),  # design | replay | fixed
+            _f("source", _str),  # design | replay | starter | fixed
         ]
     ),
     "hints": pa.schema(
@@ -91,8 +97,16 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("env_id", _str),
             _f("condition", _str),
             _f("seed", pa.int64()),
+            # clamp(last reward, -1, 1) if the episode terminated, else 0; 0 on a row with an error_type
             _f("episode_return", pa.float64()),
             _f("turns", pa.int32()),
+            # Whether the environment ended the episode (terminated), as opposed to truncation, the turn or
+            # context limit, or an error; a tool-use play that did not terminate is masked out of the loss.
+            # Null on rows written before the column existed.
+            _f("terminated", pa.bool_(), True),
+            # A sandbox class (sandbox.outcome.ENV_ERROR_TYPES): the environment broke the play, after
+            # rollout.env_retries retries; kept, but left out of win rates and training. model_error: the
+            # model call failed; counts as return 0.
             _f("error_type", _str, True),
             _f("transcript", pa.list_(_transcript_turn)),
             _f("rewards", pa.list_(pa.float64())),
@@ -114,7 +128,40 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("r_hint", pa.float64()),
             _f("r_no_hint", pa.float64()),
             _f("regret", pa.float64()),
+            # The env's stored hint still leaked the solution after its rewrites (rollout.hint_rewrites): no
+            # regret term, so regret is 0 (r_hint keeps the hinted plays' mean, for the record) and blend
+            # rewards the env by its plateau term only. False for invalid designs.
+            _f("hint_leaked", pa.bool_()),
             _f("designer_reward", pa.float64()),
+        ]
+    ),
+    # The designer's reward of each valid design of a generation, over the generation's whole window of K
+    # steps (the reward stage, after the last step); the samples are trained at global step ``train_step``.
+    "designer_rewards": pa.schema(
+        [
+            _f("design_id", _str),
+            _f("env_id", _str),
+            _f("skill", _str),
+            _f("window_win_rate", pa.float64()),  # mean return of every no-hint play over the K steps
+            _f("regret", pa.float64()),  # mean(hinted) - mean(no-hint at the first step); 0 if the hint leaked
+            _f("raw", pa.float64()),  # the variant's value before centring
+            _f("dropped", pa.bool_()),  # raw < 0: never trained on
+            _f("centred", pa.float64(), True),  # raw - its skill's mean over the kept designs
+            _f("scale", pa.float64()),
+            _f("reward", pa.float64(), True),  # centred * scale: the designer sample's advantage
+            _f("train_step", pa.int64()),  # the global step whose batch trains it (first step + D)
+        ]
+    ),
+    # The learning_potential variant's EMA state per skill after a generation's reward stage (the authors
+    # keep it in process memory; stored, a resumed run continues it).
+    "designer_lp_state": pa.schema(
+        [
+            _f("skill", _str),
+            _f("mu_fast", pa.float64()),
+            _f("mu_slow", pa.float64()),
+            _f("count", pa.int64()),
+            _f("gamma_fast", pa.float64()),
+            _f("gamma_slow", pa.float64()),
         ]
     ),
     "memory": pa.schema(

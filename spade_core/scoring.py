@@ -18,28 +18,42 @@ Formulas (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7 step 7; c
 its rollouts; tasks that are never or always solved give no signal, harder solvable tasks give more. It is
 not the SFL / "No Regrets" learnability ``p * (1 - p)`` (Rutherford et al. 2024).
 
-Episode returns come from the rollout engine (docs/DESIGN.md §5: the last reward if the episode terminated,
-else 0). Choices where the summary is silent:
+Episode returns come from the rollout engine (docs/DESIGN.md §5: the last reward clamped to [-1, 1] if the
+episode terminated, else 0). Choices where the summary is silent:
 
-- An episode with an ``error_type`` counts as return 0 even if the frame says otherwise (the engine
-  already sets it so); a bad rollout lowers the win rate, it does not vanish from the mean.
+- A play the environment broke (its ``error_type`` is one of :data:`sandbox.outcome.ENV_ERROR_TYPES`: an
+  exception, timeout, memory, contract or jail failure, still failing after ``rollout.env_retries``) is
+  left out of every mean: it says nothing about the agent. The authors retry a failed play and otherwise
+  drop it (``spade/core/orchestrator.py:1523-1547``). Any other ``error_type`` (``model_error``: the model
+  call failed) counts as return 0 even if the frame says otherwise (the engine already sets it so).
+- A valid environment whose no-hint plays were ALL broken by the environment has no win rate: it gets no
+  env_scores row at all (no reward, no memory entry, no metric), and :func:`broken_env_ids` names it so the
+  caller can record it. A valid environment with no no-hint plays whatsoever is still an error.
 - An environment with no hinted plays (``rollout.plays_hint = 0``) has no defined regret: regret and
   ``r_hint`` are 0 there, so only the plateau term of ``blend`` can reward it.
+- An environment whose stored hint still leaks the solution after ``rollout.hint_rewrites`` rewrites
+  (``hints.leaks_solution``; pass its id in ``leaked``) has no regret term either: ``hint_leaked`` is True,
+  ``regret`` is 0 (not null: memory ranks by it and a leaked hint must neither lift nor sink an env there)
+  and every variant is computed with regret 0, so ``blend`` rewards it by the plateau term only. Its hinted
+  plays were played and stored; ``r_hint`` still reports their mean for the record, so
+  ``regret = r_hint - r_no_hint`` holds exactly on the rows with ``hint_leaked`` False and hinted plays.
 - A valid environment with no no-hint plays has no win rate: that is an error, never a silent 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 import pandas as pd
 
+from sandbox.outcome import is_env_error
 from spade_core.config import ScoringConfig
 from spade_core.schemas import SCHEMAS
 
 CONDITIONS = ("no_hint", "hint")
 ENV_SCORE_COLUMNS: tuple[str, ...] = tuple(SCHEMAS["env_scores"].names)
+_FLOAT_COLUMNS = ("win_rate", "r_hint", "r_no_hint", "regret", "designer_reward")
 
 
 class ScoringError(ValueError):
@@ -146,37 +160,77 @@ def designer_reward(win_rate: float, regret: float, cfg: ScoringConfig, valid: b
     """
     if not valid:
         return cfg.invalid_reward
+    if cfg.designer_reward not in DESIGNER_REWARDS:  # learning_potential: see _one_pass_learning_potential
+        return 0.0
     return DESIGNER_REWARDS[cfg.designer_reward](win_rate, regret, cfg)
 
 
+def env_broken(episodes: pd.DataFrame) -> np.ndarray:
+    """Per episode row, whether the environment broke the play (its ``error_type`` is a sandbox class);
+    all False without an ``error_type`` column.
+
+    >>> env_broken(pd.DataFrame({"error_type": [None, "timeout", "model_error", "exception"]})).tolist()
+    [False, True, False, True]
+    """
+    if "error_type" not in episodes.columns:
+        return np.zeros(len(episodes), dtype=bool)
+    return np.array([is_env_error(e) for e in episodes["error_type"]], dtype=bool)
+
+
+def broken_env_ids(episodes: pd.DataFrame) -> list[str]:
+    """Environments with no-hint plays of which the environment broke every one: they have no win rate.
+
+    >>> eps = pd.DataFrame({"env_id": ["a", "a", "b"], "condition": ["no_hint"] * 3,
+    ...                     "error_type": ["timeout", "exception", None]})
+    >>> broken_env_ids(eps)
+    ['a']
+    """
+    if episodes.empty:
+        return []
+    no_hint = (episodes["condition"] == "no_hint").to_numpy()
+    broken = pd.Series(env_broken(episodes)[no_hint], index=episodes.loc[no_hint, "env_id"].to_numpy())
+    every = broken.groupby(level=0, sort=False).all()
+    return [str(env_id) for env_id, all_broken in every.items() if all_broken]
+
+
 def _returns_by_env(episodes: pd.DataFrame) -> dict[tuple[str, str], list[float]]:
+    """(env_id, condition) -> the returns of its plays, without the plays the environment broke."""
     missing = [c for c in ("env_id", "condition", "episode_return", "error_type") if c not in episodes.columns]
     if missing:
         raise ScoringError(f"episodes frame lacks column(s) {missing}")
     bad = sorted(set(episodes["condition"]) - set(CONDITIONS))
     if bad:
         raise ScoringError(f"episodes have unknown condition(s) {bad}; allowed: {list(CONDITIONS)}")
-    returns = episodes["episode_return"].astype(float).where(episodes["error_type"].isna(), 0.0)
+    kept = episodes[~env_broken(episodes)]
+    returns = kept["episode_return"].astype(float).where(kept["error_type"].isna(), 0.0)
     if not np.isfinite(returns).all():
-        env_id = episodes.loc[~np.isfinite(returns), "env_id"].iloc[0]
+        env_id = kept.loc[~np.isfinite(returns), "env_id"].iloc[0]
         raise ScoringError(f"episodes of env {env_id!r} have a non-finite episode_return")
-    grouped = returns.groupby([episodes["env_id"], episodes["condition"]], sort=False)
+    grouped = returns.groupby([kept["env_id"], kept["condition"]], sort=False)
     return {key: list(values) for key, values in grouped}
 
 
-def score_environments(episodes: pd.DataFrame, envs: pd.DataFrame, cfg: ScoringConfig) -> pd.DataFrame:
-    """One env_scores row per row of ``envs`` (docs/DESIGN.md §7 step 7), in the order of ``envs``.
+def score_environments(
+    episodes: pd.DataFrame, envs: pd.DataFrame, cfg: ScoringConfig, leaked: Collection[str] = frozenset()
+) -> pd.DataFrame:
+    """One env_scores row per row of ``envs`` (docs/DESIGN.md §7 step 7), in the order of ``envs``, except
+    valid environments whose every no-hint play the environment broke (:func:`broken_env_ids`): no row.
 
     Args:
         episodes: one row per episode: ``env_id``, ``condition`` ("no_hint" | "hint"), ``episode_return``,
-            ``error_type`` (None when the episode ran cleanly; otherwise its return counts as 0).
+            ``error_type`` (None when the episode ran cleanly; a sandbox class: the play is left out;
+            ``model_error``: its return counts as 0).
         envs: ``env_id``, ``design_id`` (None for replayed or seed envs), ``skill``, ``valid``. Two designs
             with identical code share one env_id and so its scores, each on its own row.
         cfg: the scoring constants and the designer reward variant.
+        leaked: env ids whose stored hint still leaks the solution
+            (:func:`spade_core.hints.leaked_env_ids` of the generation's hints): no regret term for them.
+            Ids not in ``envs`` are ignored.
 
     Returns:
         Exactly the env_scores columns. ``r_no_hint`` equals ``win_rate``; invalid designs score 0.0
-        everywhere except ``designer_reward = cfg.invalid_reward``.
+        everywhere except ``designer_reward = cfg.invalid_reward`` (and ``hint_leaked`` False); a leaked
+        env has ``hint_leaked`` True and ``regret`` 0.
 
     Raises:
         ScoringError: a missing column, an unknown condition, a non-finite return, an episode of an env
@@ -186,26 +240,53 @@ def score_environments(episodes: pd.DataFrame, envs: pd.DataFrame, cfg: ScoringC
     if missing:
         raise ScoringError(f"envs frame lacks column(s) {missing}")
     returns = _returns_by_env(episodes)
-    unknown = sorted({env_id for env_id, _ in returns} - set(envs["env_id"]))
+    unknown = sorted(set(episodes["env_id"]) - set(envs["env_id"]))
     if unknown:
         raise ScoringError(f"episodes reference env(s) not in the envs frame: {unknown[:5]}")
-    rows = []
+    broken = frozenset(broken_env_ids(episodes))
+    leaked = frozenset(leaked)
+    rows, valid = [], []  # valid: the validity of each row kept
     for env in envs.itertuples(index=False):
         row = {"env_id": env.env_id, "design_id": env.design_id, "skill": env.skill}
         if not bool(env.valid):
             rows.append(row | dict.fromkeys(("win_rate", "r_hint", "r_no_hint", "regret"), 0.0))
-            rows[-1]["designer_reward"] = designer_reward(0.0, 0.0, cfg, valid=False)
+            rows[-1] |= {"hint_leaked": False, "designer_reward": designer_reward(0.0, 0.0, cfg, valid=False)}
+            valid.append(False)
             continue
         no_hint, hint = returns.get((env.env_id, "no_hint"), []), returns.get((env.env_id, "hint"), [])
+        if not no_hint and env.env_id in broken:
+            continue  # the environment broke every no-hint play: no win rate, no row (module docstring)
         if not no_hint:
             raise ScoringError(f"valid env {env.env_id!r} has no no_hint episodes, so no win rate")
         p = win_rate(no_hint)
-        r = regret(hint, no_hint)
+        hint_leaked = env.env_id in leaked
+        r = 0.0 if hint_leaked else regret(hint, no_hint)  # a leaking hint: no regret term (module docstring)
         r_hint = float(np.mean(hint)) if hint else 0.0
-        rows.append(row | {"win_rate": p, "r_hint": r_hint, "r_no_hint": p, "regret": r})
+        rows.append(row | {"win_rate": p, "r_hint": r_hint, "r_no_hint": p, "regret": r, "hint_leaked": hint_leaked})
         rows[-1]["designer_reward"] = designer_reward(p, r, cfg)
+        valid.append(True)
     frame = pd.DataFrame(rows, columns=list(ENV_SCORE_COLUMNS))
-    return frame.astype({c: "float64" for c in ENV_SCORE_COLUMNS[3:]})
+    frame = frame.astype({c: "float64" for c in _FLOAT_COLUMNS} | {"hint_leaked": bool})
+    if cfg.designer_reward == "learning_potential":
+        frame = _one_pass_learning_potential(frame, np.array(valid, dtype=bool), cfg)
+    return frame
+
+
+def _one_pass_learning_potential(frame: pd.DataFrame, valid: np.ndarray, cfg: ScoringConfig) -> pd.DataFrame:
+    """``learning_potential`` of this pass alone: |win rate - its skill's mean| (a fresh EMA state's first
+    update). It depends on the skill's other environments, so it is no per-environment function of
+    :data:`DESIGNER_REWARDS`; the trained reward (over the window, with the stored state) is the reward stage's.
+    """
+    from spade_core.designer_reward import LearningPotentialState, learning_potential_raw
+
+    out = frame.copy()
+    if valid.any():
+        state = LearningPotentialState(cfg.lp_gamma_fast, cfg.lp_gamma_slow)
+        skills = [str(x) for x in out.loc[valid, "skill"]]
+        rates = out.loc[valid, "win_rate"].to_numpy(dtype=float)
+        state = state.update({k: float(np.mean(rates[[s == k for s in skills]])) for k in set(skills)})
+        out.loc[valid, "designer_reward"] = learning_potential_raw(rates, skills, state)
+    return out
 
 
 def _mean(values: pd.Series) -> float:
@@ -215,9 +296,12 @@ def _mean(values: pd.Series) -> float:
 def summary_metrics(scores: pd.DataFrame, valid: Sequence[bool] | pd.Series) -> dict[str, float]:
     """Namespaced metrics of one generation's scores; NaN where a metric has no rows to average.
 
-    ``valid`` is aligned row by row with ``scores`` (pass ``envs["valid"]`` from :func:`score_environments`'s
-    input). Designer metrics cover rows with a ``design_id`` (replayed envs are not designs); agent metrics
-    cover every valid row.
+    ``valid`` is aligned row by row with ``scores`` (``envs["valid"]`` of :func:`score_environments`'s input
+    when no environment was left out as broken; else the validity of the rows it kept). Designer metrics
+    cover rows with a ``design_id`` (replayed envs are not designs); agent metrics cover every valid row.
+    Rows with ``hint_leaked`` (a missing column counts as False) are left out of the regret and hinted-return
+    metrics, which would otherwise measure the leak, and counted in ``envs/hint_leaked_fraction`` (of the
+    valid rows).
 
     >>> s = pd.DataFrame({"design_id": ["a", "b"], "win_rate": [0.5, 0.0], "r_hint": [0.75, 0.0],
     ...                   "regret": [0.25, 0.0], "designer_reward": [1.0, 0.0]})
@@ -229,19 +313,26 @@ def summary_metrics(scores: pd.DataFrame, valid: Sequence[bool] | pd.Series) -> 
     if len(is_valid) != len(scores):
         raise ScoringError(f"valid has {len(is_valid)} values for {len(scores)} score rows")
     designed = scores["design_id"].notna().to_numpy()
+    leaked = (
+        scores["hint_leaked"].fillna(False).astype(bool).to_numpy()
+        if "hint_leaked" in scores.columns
+        else np.zeros(len(scores), dtype=bool)
+    )
     design_rows, valid_rows = scores[designed], scores[is_valid]
-    valid_designs = scores[designed & is_valid]
+    valid_designs = scores[designed & is_valid & ~leaked]
+    hinted = scores[is_valid & ~leaked]
     return {
         "envs/count": float(len(scores)),
         "envs/designs": float(designed.sum()),
         "envs/valid_fraction": _mean(pd.Series(is_valid[designed], dtype=float)),
+        "envs/hint_leaked_fraction": _mean(pd.Series(leaked[is_valid], dtype=float)),
         "designer/reward_mean": _mean(design_rows["designer_reward"]),
         "designer/reward_std": float(design_rows["designer_reward"].std(ddof=0)) if len(design_rows) else np.nan,
         "designer/regret_mean": _mean(valid_designs["regret"]),
         "designer/regret_max": float(valid_designs["regret"].max()) if len(valid_designs) else np.nan,
         "designer/positive_regret_fraction": _mean((valid_designs["regret"] > 0).astype(float)),
         "agent/win_rate_mean": _mean(valid_rows["win_rate"]),
-        "agent/hint_return_mean": _mean(valid_rows["r_hint"]),
+        "agent/hint_return_mean": _mean(hinted["r_hint"]),
         "agent/solved_fraction": _mean((valid_rows["win_rate"] >= 1.0).astype(float)),
         "agent/unsolved_fraction": _mean((valid_rows["win_rate"] <= 0.0).astype(float)),
     }

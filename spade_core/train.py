@@ -3,7 +3,8 @@
 Run as ``accelerate launch -m spade_core.train --run-id R --gen G --step K --config FILE`` (the pipeline
 does this through :func:`spade_core.train_launch.launch_training`). Step ``K`` of generation ``G`` is the
 global step ``s = (G-1)·K_total + K``: it trains checkpoint ``s`` on the samples that checkpoint played
-(the pool's no-hint plays of that step; at a generation's first step also the designs) and writes
+(the pool's no-hint plays of that step) and on the designs due at ``s`` (those of the generation whose
+first step is ``s - D``, rewarded over that generation's whole window), and writes
 checkpoint ``s + 1`` with the optimizer and scheduler state, so the run has ONE AdamW optimizer whose
 state carries from step to step, whatever process or machine runs the next one. Every process builds the
 same batch from the store; the main process writes the checkpoint and the ``train_metrics`` and
@@ -35,6 +36,7 @@ from spade_core.checkpoints import (
 )
 from spade_core.config import SpadeConfig, load_config
 from spade_core.pipeline.names import instance_name
+from spade_core.pipeline.stages.reward import NAME as REWARD_STAGE
 from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
 from spade_core.train_data import AGENT, DESIGNER, Batch, agent_samples, designer_samples, make_batch, mix_roles
@@ -42,21 +44,51 @@ from spade_core.train_launch import TrainSummary
 from spade_core.train_trl import OptimizerState, StoredRollouts, grpo_args, spade_trainer_class, stored_reward
 
 
+def designer_delay(cfg: SpadeConfig) -> int:
+    """D: a generation's designs are trained D global steps after its first step (None in the config = K)."""
+    return cfg.designer.training_delay or cfg.training.steps_per_generation
+
+
+def due_designs_generation(cfg: SpadeConfig, global_step: int) -> int | None:
+    """The generation whose designs global step ``global_step`` trains (first step + D), or None.
+
+    >>> from spade_core.config import load_config
+    >>> cfg = load_config("tiny")  # K = 2, D = K
+    >>> [due_designs_generation(cfg, s) for s in range(5)]
+    [None, None, 1, None, 2]
+    """
+    k, delay = cfg.training.steps_per_generation, designer_delay(cfg)
+    if global_step - delay < 0 or (global_step - delay) % k:
+        return None
+    return (global_step - delay) // k + 1
+
+
+def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> pd.DataFrame:
+    """The rewarded, kept designs trained at ``global_step``: final design rows joined with their
+    ``designer_rewards`` row (empty when none are due, the designer is frozen or the pool is fixed)."""
+    gen = due_designs_generation(cfg, global_step)
+    if gen is None or not cfg.designer.train or cfg.designer.fixed_pool:
+        return pd.DataFrame()
+    rewards = store.read_table("designer_rewards", run_id, gen, stages=[REWARD_STAGE])
+    if rewards.empty:
+        return pd.DataFrame()
+    kept = rewards[~rewards["dropped"].astype(bool)][["design_id", "raw", "reward"]]
+    designs = final_designs(store, run_id, gen)
+    return designs[designs["ok"]].merge(kept, on="design_id", how="inner")
+
+
 def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int, tokenizer: Any) -> Batch:
-    """The batch of step ``step`` (0..K-1) of generation ``gen``: the no-hint plays of that step and, at the
-    first step, the designs (unless the designer is frozen or the pool is fixed)."""
+    """The batch of step ``step`` (0..K-1) of generation ``gen``: the no-hint plays of that step and the
+    designs that are due at this global step (:func:`due_designs`), the designer's first."""
     played = instance_name("rollout", step)
     episodes = store.read_table("episodes", run_id=run_id, gen=gen, stages=[played])
-    agent, skipped = agent_samples(episodes)
-    designer = []
-    if step == 0 and cfg.designer.train and not cfg.designer.fixed_pool:
-        designs = final_designs(store, run_id, gen)  # the latest attempt of each design (repairs included)
-        scores = store.read_table("env_scores", run_id=run_id, gen=gen, stages=["score"])
-        designer = designer_samples(designs, scores, tokenizer, cfg.scoring.invalid_reward)
-    skill_of = {}
-    if not episodes.empty:
-        pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id", "skill"])
-        skill_of = dict(zip(pool["env_id"], pool["skill"], strict=True))
+    columns = ["env_id", "skill", "kind"]
+    pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=columns) if not episodes.empty else None
+    pool = pool[columns] if pool is not None else pd.DataFrame(columns=columns)
+    # A tool-use play that did not terminate keeps its place in its group but is masked out of the loss.
+    agent, skipped = agent_samples(episodes, kinds=dict(zip(pool["env_id"], pool["kind"], strict=True)))
+    designer = designer_samples(due_designs(cfg, store, run_id, first_step(cfg, gen) + step), tokenizer)
+    skill_of = dict(zip(pool["env_id"], pool["skill"], strict=True))
     agent = [_with_skill(s, skill_of.get(s.env_id or "")) for s in agent]
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
     return make_batch(mixed, skipped_episodes=skipped)
@@ -183,7 +215,7 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
         with tempfile.TemporaryDirectory() as empty:
             write_checkpoint(store, empty, run_id, s + 1, {**meta, "kind": "unchanged", "summary": summary.to_dict()})
         return summary
-    state = OptimizerState(optimizer_state_dir(store, run_id, s))
+    state = OptimizerState(optimizer_state_dir(store, run_id, parent))
     return _run_trainer(cfg, store, model_path, tokenizer, batch, summary, meta, state, started)
 
 

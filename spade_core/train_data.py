@@ -8,12 +8,17 @@ Two roles share one update:
   prompt is everything before the agent's first token and the loss mask (``env_mask`` in TRL) is 1 exactly
   on the agent's own tokens, so observations that the environment wrote are never trained on. The
   behaviour log-probs stored with the episode travel with the sample, for truncated importance sampling.
-- **designer**: the designs, one group per document prompt (``group_id``); reward = the designer reward of
-  ``env_scores`` (the invalid reward for a design that was not scored), advantage = its z-score in the group.
+  Plays the environment broke are left out; a tool-use play that did not terminate keeps its place in the
+  group (return 0) but is masked out of the loss (:func:`agent_samples`).
+- **designer**: the valid designs of the generation whose designs are due at this step (trained
+  ``designer.training_delay`` steps after that generation's first step); reward = the raw designer
+  reward over the generation's window, advantage = that reward centred on its skill's mean and scaled
+  (the ``designer_rewards`` table, written by the reward stage). Invalid attempts and dropped designs are
+  never samples. The designer's samples come first in the batch.
 
 SPADE computes every advantage itself (TRL is told not to renormalise, ``spade_core.train``), so groups
-may have any size and the roles any mix; a group of one, or whose rewards are all equal, has advantage 0
-and is counted as carrying no signal.
+may have any size and the roles any mix; a group whose advantages are all zero (one play, or equal
+returns) is counted as carrying no signal.
 
 Pure functions over frames: no model, no Prefect. ``spade_core.train`` feeds the batch to TRL.
 """
@@ -24,16 +29,19 @@ import json
 import math
 import random
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
+from sandbox.outcome import is_env_error
 from spade_core.advantages import group_zscores
 
 AGENT = "agent"
 DESIGNER = "designer"
+# Environment kinds whose plays that did not terminate are masked out of the loss [tool use, as the authors].
+MASK_TRUNCATED_KINDS: frozenset[str] = frozenset({"tool"})
 
 
 @dataclass(frozen=True)
@@ -100,19 +108,45 @@ def split_episode(token_ids: Iterable[int], loss_mask: Iterable[int]) -> tuple[l
     return ids[:first], ids[first:], mask[first:]
 
 
-def agent_samples(episodes: pd.DataFrame) -> tuple[list[Sample], int]:
+def _truncated(row: Any) -> bool:
+    """Whether a row says the episode did not terminate (``terminated`` False; null or absent: unknown)."""
+    value = getattr(row, "terminated", None)
+    return value is not None and not pd.isna(value) and not bool(value)
+
+
+def agent_samples(
+    episodes: pd.DataFrame,
+    kinds: Mapping[str, str] | None = None,
+    mask_truncated: Collection[str] = MASK_TRUNCATED_KINDS,
+) -> tuple[list[Sample], int]:
     """No-hint episodes as agent samples grouped per environment, advantages z-scored within each group;
-    returns (samples, skipped). ``episodes`` holds the plays of one step."""
+    returns (samples, skipped). ``episodes`` holds the plays of one step.
+
+    Left out and counted in ``skipped``: plays the environment broke (an ``error_type`` of
+    :data:`sandbox.outcome.ENV_ERROR_TYPES`; they say nothing about the agent) and plays with no agent
+    token. A play of an environment whose kind is in ``mask_truncated`` [tool use] that did not terminate
+    (``terminated`` False: truncated, out of turns or context, or a ``model_error``) stays in its group, so
+    its return 0 counts in the z-score, but its ``env_mask`` is all 0: no token of it is trained on (the
+    authors' ``--spade-compact-filter``, ``spade/slime/spade_rollout.py:811-818``, on in their tool-use
+    runs). The kind of an environment comes from ``kinds`` (env_id -> "game" | "tool", e.g. the pool's
+    ``kind`` column) or else from a ``kind`` column of ``episodes``; without either nothing is masked.
+    """
     samples: list[Sample] = []
     skipped = 0
     rows = episodes[episodes["condition"] == "no_hint"] if not episodes.empty else episodes
     for row in rows.sort_values(["env_id", "seed", "episode_id"]).itertuples() if not rows.empty else []:
+        if is_env_error(getattr(row, "error_type", None)):
+            skipped += 1
+            continue
         token_ids, loss_mask = row.token_ids, row.loss_mask
         parts = None if token_ids is None or loss_mask is None else split_episode(token_ids, loss_mask)
         if parts is None:
             skipped += 1
             continue
         prompt, completion, mask = parts
+        kind = kinds.get(str(row.env_id)) if kinds is not None else getattr(row, "kind", None)
+        if kind in mask_truncated and _truncated(row):
+            mask = [0] * len(mask)
         reward = float(row.episode_return) if math.isfinite(float(row.episode_return)) else 0.0
         logprobs = getattr(row, "logprobs", None)
         behaviour = None if logprobs is None else [float(x) for x in list(logprobs)[len(prompt) :]]
@@ -144,44 +178,55 @@ def with_advantages(samples: list[Sample]) -> list[Sample]:
     return [replace(s, advantage=a) for s, a in zip(samples, advantages, strict=True)]
 
 
-def designer_samples(
-    designs: pd.DataFrame, scores: pd.DataFrame, tokenizer: Any, invalid_reward: float
-) -> list[Sample]:
-    """Designs as designer samples grouped per document prompt (``group_id``).
+def designer_samples(designs: pd.DataFrame, tokenizer: Any) -> list[Sample]:
+    """Rewarded designs as designer samples (docs/DESIGN.md §7: the designer's windowed, delayed reward).
 
-    The prompt is re-rendered from the stored chat messages with the chat template, exactly as the
-    designer saw it; the completion is the stored reply followed by the end-of-turn token.
+    ``designs`` holds one row per design to train: its ``designs`` columns (the final, valid attempt) and
+    its ``designer_rewards`` columns ``raw`` and ``reward``. The advantage is ``reward`` as the reward stage
+    computed it (centred on its skill's mean, scaled): SPADE does not z-score designer samples, so a group
+    of one design carries signal. The prompt is re-rendered from the stored chat messages with the chat
+    template, exactly as the designer saw it; the completion is the stored sampled tokens (the text's tokens
+    when the backend gave none) followed by the end-of-turn token when the reply did not end with it, so
+    the stored behaviour log-probs line up token for token (NaN, i.e. weight 1, for an appended token).
     """
     if designs.empty:
         return []
-    reward_of: dict[str, float] = {}
-    if not scores.empty:
-        for row in scores.dropna(subset=["design_id"]).itertuples():
-            reward_of[str(row.design_id)] = float(row.designer_reward)
-    eos = tokenizer.eos_token_id
+    eos = int(tokenizer.eos_token_id)
     samples = []
-    skill_of = designs.set_index("design_id")["skill"].to_dict() if "skill" in designs.columns else {}
-    for row in designs.sort_values(["group_id", "design_id"]).itertuples():
+    for row in designs.sort_values(["skill", "design_id"]).itertuples():
         messages = json.loads(row.prompt)
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         prompt_ids = [int(t) for t in (prompt["input_ids"] if hasattr(prompt, "keys") else prompt)]
-        completion = [*map(int, tokenizer(row.completion, add_special_tokens=False)["input_ids"]), int(eos)]
-        reward = reward_of.get(str(row.design_id), invalid_reward)
-        mask = [1] * len(completion)
+        stored = getattr(row, "completion_ids", None)
+        if stored is not None and len(stored) > 0:
+            completion = [int(t) for t in stored]
+            raw_logprobs = getattr(row, "logprobs", None)
+            behaviour = None if raw_logprobs is None else [float(x) for x in raw_logprobs]
+        else:
+            completion = [int(t) for t in tokenizer(row.completion, add_special_tokens=False)["input_ids"]]
+            behaviour = None
+        if not completion or completion[-1] != eos:
+            completion.append(eos)
+            behaviour = None if behaviour is None else [*behaviour, math.nan]
+        if behaviour is not None and len(behaviour) != len(completion):
+            behaviour = None  # a backend that dropped or added tokens: no correction rather than a wrong one
         samples.append(
             Sample(
                 DESIGNER,
-                f"designer:{row.group_id}",
+                f"designer:{row.skill}",
                 prompt_ids,
                 completion,
-                mask,
-                reward,
+                [1] * len(completion),
+                float(row.raw),
+                advantage=float(row.reward),
+                logprobs=behaviour,
                 source_id=str(row.design_id),
-                skill=skill_of.get(row.design_id),
+                env_id=None if getattr(row, "env_id", None) is None else str(row.env_id),
+                skill=str(row.skill),
                 behaviour_step=int(getattr(row, "policy_step", 0)),
             )
         )
-    return with_advantages(samples)
+    return samples
 
 
 def _groups(samples: list[Sample]) -> dict[str, list[Sample]]:
@@ -223,5 +268,7 @@ def _keep_groups(samples: list[Sample], budget: float, rng: random.Random) -> li
 
 
 def make_batch(samples: list[Sample], skipped_episodes: int = 0) -> Batch:
-    """The step's batch: the samples in group order (advantages already set)."""
-    return Batch(sorted(samples, key=lambda s: (s.role, s.group, s.source_id)), skipped_episodes)
+    """The step's batch: the designer's samples first (the authors' order), then the agent's, each in group
+    order (advantages already set)."""
+    first = {DESIGNER: 0, AGENT: 1}
+    return Batch(sorted(samples, key=lambda s: (first.get(s.role, 2), s.group, s.source_id)), skipped_episodes)

@@ -65,9 +65,11 @@ def test_hash_is_stable_and_tracks_changes() -> None:
         (["rollout.plays_no_hint=abc"], "config key 'rollout.plays_no_hint' has bad value 'abc'"),
         (["rollout.plays_no_hint=0"], "config key 'rollout.plays_no_hint' has bad value 0"),
         (["model.backend=foo"], "config key 'model.backend' has bad value 'foo'; allowed: 'transformers', 'openai'"),
-        (["scoring.designer_reward=max"], "allowed: 'blend', 'regret', 'solve_rate' or 'learnability'"),
+        (["scoring.designer_reward=max"], "'solve_rate', 'learnability' or 'learning_potential'"),
         (["rollout.max_turns.x=1"], "config key 'rollout.max_turns' is a value, not a section"),
         (["rollout"], "override 'rollout' must look like key.path=value"),
+        (["designer.training_delay=1"], "designer.training_delay 1 must be >= training.steps_per_generation 2"),
+        (["training.tis_low=3"], "training.tis_low 3.0 must be <= training.tis_high 2.0"),
     ],
 )
 def test_bad_overrides_fail_with_one_line(overrides: list[str], fragment: str) -> None:
@@ -140,6 +142,15 @@ PAPER = {
     "training.epsilon_high": 0.28,
     "training.tis_low": 0.0,
     "training.tis_high": 2.0,
+    "designer.max_attempts": 5,
+    "designer.training_delay": None,  # D = K: 4 games, 8 tool use
+    "scoring.designer_reward": "blend",
+    "scoring.reward_scale_cap": 50.0,
+    "scoring.lp_gamma_fast": 0.98,
+    "scoring.lp_gamma_slow": 0.85,
+    "memory.seed_with_library": False,
+    "memory.code_chars": 2000,
+    "validation.mode": "smoke",
 }
 PAPER_GAMES = {
     **PAPER,
@@ -152,7 +163,7 @@ PAPER_GAMES = {
 PAPER_TOOL_USE = {
     **PAPER,
     "designer.kind": "tool",
-    "designer.skills_per_generation": 6,
+    "designer.tool_skills_per_generation": 6,
     "training.steps_per_generation": 8,
     "training.beta": 0.005,
     "rollout.hint_max_new_tokens": 2048,

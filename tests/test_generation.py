@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.usefixtur
 OVERRIDES = [
     "designer.documents_per_generation=2",
     "designer.group_size=2",
+    "designer.max_attempts=1",
     "designer.max_new_tokens=96",
     "designer.skills_per_generation=1",
     "designer.kind=game",
@@ -109,7 +110,7 @@ def test_regret_is_hint_minus_no_hint_in_sql(generation) -> None:  # type: ignor
                  avg(episode_return) filter (where condition = 'no_hint') as r_no_hint
           from episodes where model_ref not like 'scripted:%' group by env_id)
         select s.env_id, s.regret, s.r_hint, s.r_no_hint, p.r_hint - p.r_no_hint as sql_regret, s.win_rate
-        from env_scores s join plays p using (env_id)
+        from env_scores s join plays p using (env_id) where not s.hint_leaked
     """,
     )
     assert not frame.empty
@@ -333,6 +334,8 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
                 "model_ref": "m",
                 "attempt": 0,
                 "policy_step": 0,
+                "completion_ids": None,
+                "logprobs": None,
             }
         ]
     )
@@ -392,6 +395,8 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
                 "model_ref": "m",
                 "attempt": 0,
                 "policy_step": 0,
+                "completion_ids": None,
+                "logprobs": None,
             }
         ]
     )
@@ -406,3 +411,64 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
     assert (final.attempt, final.code, bool(final.ok)) == (1, fixed, True)
     (request,) = repairer.seen
     assert "failed validation (syntax_error)" in request.messages[-1]["content"]
+
+
+def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: Path) -> None:
+    import json
+
+    from spade_core.envs.seeds import load_seed_envs
+    from spade_core.llm.base import Completion
+    from spade_core.pipeline.stages import reward
+    from spade_core.pipeline.stages.design import design
+    from spade_core.pipeline.stages.validate import validate_shard
+    from spade_core.pipeline.verdicts import final_designs
+
+    working = next(e for e in load_seed_envs() if e.skill == "optimization").code
+
+    class Designer:
+        """A scripted designer: the first two attempts of every prompt hold no code, the third works."""
+
+        model_ref = "scripted:designer"
+        supports_token_prompts = False
+
+        def __init__(self) -> None:
+            self.calls: list[list] = []
+
+        def generate(self, requests, params):  # type: ignore[no-untyped-def]
+            self.calls.append(requests)
+            reply = f"```python\n{working}```" if len(self.calls) == 3 else "I cannot write code."
+            return [Completion(text=reply, token_ids=[1, 2], logprobs=[-0.1, -0.2]) for _ in requests]
+
+        def close(self) -> None:
+            pass
+
+    store = Store(str(tmp_path))
+    overrides = ["designer.documents_per_generation=1", "designer.kind=game", "designer.skills_per_generation=1"]
+    cfg = load_config("tiny", overrides=[*overrides, "designer.max_attempts=3", f"store.root={tmp_path}"])
+    ctx = GenerationContext(cfg, store, "retry", 1)
+    from spade_core.pipeline.stages import documents
+
+    documents.run(ctx, None)  # type: ignore[arg-type]
+    docs = ctx.read("documents", ["documents"])
+    designer = Designer()
+    first = design(ctx, docs, designer, ctx.previous_memory())
+    retries, validations = validate_shard(ctx, first, 0, designer)
+    assert list(validations["attempt"]) == [0, 1, 2] and list(validations["ok"]) == [False, False, True]
+    assert list(retries["design_id"]) == [first.iloc[0].design_id] * 2  # one prompt, its later attempts
+    fresh = ctx.read("documents", ["retry"])
+    assert len(fresh) == 2 and set(retries["doc_id"]) == set(fresh["doc_id"])
+    assert first.iloc[0].doc_id not in set(fresh["doc_id"])  # each retry reads a fresh document
+    prompt = json.loads(retries.iloc[1].prompt)[-1]["content"]
+    assert fresh.set_index("doc_id").loc[retries.iloc[1].doc_id].text.split()[0] in prompt
+    final = final_designs(store, "retry", 1).iloc[0]
+    assert (final.attempt, bool(final.ok), list(final.logprobs)) == (2, True, [-0.1, -0.2])
+    # With one attempt fewer the prompt yields no valid design: nothing to reward, and it is counted.
+    cfg2 = load_config("tiny", overrides=[*overrides, "designer.max_attempts=2", f"store.root={tmp_path}"])
+    ctx2 = GenerationContext(cfg2, store, "retry2", 1)
+    documents.run(ctx2, None)  # type: ignore[arg-type]
+    designer2 = Designer()
+    validate_shard(
+        ctx2, design(ctx2, ctx2.read("documents", ["documents"]), designer2, ctx2.previous_memory()), 0, designer2
+    )
+    summary = reward.run(ctx2, None)  # type: ignore[arg-type]
+    assert summary["rewarded"] == 0 and summary["failed_prompts"] == 1

@@ -1,4 +1,5 @@
-"""The environment memory: FIFO, retrieval rules, seeding, persistence, the ablation (docs/DESIGN.md §7 steps 3, 8)."""
+"""The environment memory: FIFO, retrieval rules, seeding, stored win rate and code, persistence, the ablation
+(docs/DESIGN.md §7 steps 3, 8)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from spade_core.config import MemoryConfig, ScoringConfig
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.memory import Memory, MemoryEntry
+from spade_core.memory import Memory, MemoryEntry, win_fractions
 from spade_core.schemas import SCHEMAS, to_arrow
 from spade_core.scoring import score_environments
 from spade_core.store import Store
@@ -63,14 +64,22 @@ def test_positives_without_rng_are_the_top_k_by_regret() -> None:
     assert ids(memory.positives("optimization", k=2)) == ["r6", "r5"]
 
 
-def test_positives_with_rng_come_from_the_top_2k_by_regret_highest_first() -> None:
-    memory = Memory(entries=[entry(f"r{r}", regret=r / 10) for r in (3, 6, 1, 5, 4, 2)])
+def test_positives_with_rng_come_from_the_top_10_by_regret_when_3k_is_smaller() -> None:
+    memory = Memory(entries=[entry(f"r{r:02d}", regret=r / 100) for r in range(15)])
     seen: set[str] = set()
-    for seed in range(50):
+    for seed in range(200):
         chosen = memory.positives("optimization", k=2, rng=random.Random(seed))
         assert len(chosen) == 2 and [e.regret for e in chosen] == sorted((e.regret for e in chosen), reverse=True)
         seen.update(ids(chosen))
-    assert seen == {"r6", "r5", "r4", "r3"}
+    assert seen == {f"r{r:02d}" for r in range(5, 15)}  # the top max(3 * 2, 10) = 10; r00 … r04 never
+
+
+def test_positives_with_rng_come_from_the_top_3k_when_it_exceeds_10() -> None:
+    memory = Memory(entries=[entry(f"r{r:02d}", regret=r / 100) for r in range(20)])
+    memory.add(entry("other_skill", skill="logical_deduction", regret=0.99))
+    memory.add(entry("too_easy", win=0.95, regret=0.98))
+    seen = {e.env_id for seed in range(200) for e in memory.positives("optimization", k=4, rng=random.Random(seed))}
+    assert seen == {f"r{r:02d}" for r in range(8, 20)}  # the top max(3 * 4, 10) = 12 of the skill's in-band
 
 
 def test_regret_ties_prefer_the_newest_entry() -> None:
@@ -89,23 +98,36 @@ def test_positives_for_an_unknown_skill_is_an_error_naming_it() -> None:
 
 
 # -- negatives ---------------------------------------------------------------------------------------------
-def test_negatives_are_strictly_above_high_or_below_low_of_any_skill() -> None:
+def test_negatives_are_same_skill_strictly_above_high_or_below_low() -> None:
     wins = {"easy": 0.95, "hard": 0.05, "high_edge": 0.9, "low_edge": 0.1, "mid": 0.5, "solved": 1.0}
-    memory = Memory(
-        entries=[entry(n, skill="data_retrieval" if n == "hard" else "optimization", win=w) for n, w in wins.items()]
-    )
-    assert sorted(ids(memory.negatives(k=10))) == ["easy", "hard", "solved"]
+    memory = Memory(entries=[entry(n, win=w) for n, w in wins.items()])
+    memory.add(entry("other_easy", skill="logical_deduction", win=1.0))
+    memory.add(entry("tool_hard", skill="data_retrieval", win=0.0))
+    assert sorted(ids(memory.negatives("optimization", k=10))) == ["easy", "hard", "solved"]
+    assert ids(memory.negatives("logical_deduction", k=10)) == ["other_easy"]
+    assert memory.negatives("causal_inference", k=10) == []
 
 
 def test_negatives_without_rng_are_the_newest() -> None:
     memory = Memory(entries=[entry("a", win=0.0), entry("b", win=1.0), entry("c", win=0.5)])
-    assert ids(memory.negatives(k=1)) == ["b"]
+    assert ids(memory.negatives("optimization", k=1)) == ["b"]
 
 
 def test_negatives_with_rng_sample_among_all_candidates() -> None:
     memory = Memory(entries=[entry(f"n{i}", win=0.0) for i in range(5)] + [entry("mid")])
-    seen = {e.env_id for seed in range(50) for e in memory.negatives(k=1, rng=random.Random(seed))}
+    seen = {e.env_id for seed in range(50) for e in memory.negatives("optimization", k=1, rng=random.Random(seed))}
     assert seen == {f"n{i}" for i in range(5)}
+
+
+def test_negatives_for_an_unknown_skill_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="'optimisation'"):
+        Memory().negatives("optimisation")
+
+
+def test_negative_class_name_is_the_env_class_parsed_from_the_code() -> None:
+    code = "import random\n\nclass Cell:\n    pass\n\nclass FurnaceEnv:\n    def reset(self, seed=None): ...\n"
+    assert MemoryEntry("e1", "optimization", "game", code, 0.95, 0.0, 1).class_name == "FurnaceEnv"
+    assert MemoryEntry("e2", "optimization", "game", "x = 1", 0.95, 0.0, 1).class_name == "e2"
 
 
 # -- determinism, ablation ---------------------------------------------------------------------------------
@@ -113,7 +135,7 @@ def test_retrieval_is_deterministic_given_the_seed() -> None:
     memory = Memory(entries=[entry(f"p{i}", regret=i / 20, win=0.5 if i % 3 else 0.0) for i in range(12)])
 
     def prompts(rng: random.Random) -> list[tuple[list[MemoryEntry], list[MemoryEntry]]]:
-        return [(memory.positives("optimization", 2, rng), memory.negatives(2, rng)) for _ in range(4)]
+        return [(memory.positives("optimization", 2, rng), memory.negatives("optimization", 2, rng)) for _ in range(4)]
 
     assert prompts(random.Random(7)) == prompts(random.Random(7))
     assert memory.positives("optimization", 2, 7) == memory.positives("optimization", 2, random.Random(7))
@@ -123,16 +145,16 @@ def test_retrieval_is_deterministic_given_the_seed() -> None:
 def test_no_memory_ablation_retrieves_nothing_but_still_records() -> None:
     memory = Memory(MemoryConfig(enabled=False), [entry("a", regret=0.5), entry("b", win=0.0)])
     assert memory.positives("optimization", 2, random.Random(0)) == []
-    assert memory.negatives(1, random.Random(0)) == []
+    assert memory.negatives("optimization", 1, random.Random(0)) == []
     assert len(memory) == 2
 
 
 def test_k_zero_retrieves_nothing() -> None:
     memory = Memory(entries=[entry("a"), entry("b", win=0.0)])
-    assert memory.positives("optimization", k=0) == [] and memory.negatives(k=0) == []
+    assert memory.positives("optimization", k=0) == [] and memory.negatives("optimization", k=0) == []
 
 
-# -- seeding -----------------------------------------------------------------------------------------------
+# -- seeding, stored code ---------------------------------------------------------------------------------
 def test_seeded_memory_holds_every_seed_env_as_an_in_band_positive() -> None:
     seeds = load_seed_envs()
     memory = Memory.seeded()
@@ -141,7 +163,33 @@ def test_seeded_memory_holds_every_seed_env_as_an_in_band_positive() -> None:
         got = memory.get(seed.env_id)
         assert got == MemoryEntry(seed.env_id, seed.skill, seed.kind, seed.code, 0.5, 0.0, 0)
         assert ids(memory.positives(seed.skill, k=2)) == [seed.env_id]
-    assert memory.negatives(k=1) == []
+        assert memory.negatives(seed.skill, k=1) == []
+
+
+def test_initial_memory_follows_seed_with_library() -> None:
+    assert len(Memory.initial()) == 0 and len(Memory.initial(MemoryConfig(seed_with_library=False))) == 0
+    assert list(Memory.initial(MemoryConfig(seed_with_library=True))) == list(Memory.seeded())
+    assert len(Memory.seeded(MemoryConfig(seed_with_library=False))) == len(load_seed_envs())  # explicit
+
+
+def test_positives_show_code_cut_to_code_chars_while_the_entry_keeps_it_whole() -> None:
+    long_code = "class LongEnv:\n" + "    # padding line\n" * 400
+    assert len(long_code) > 2000
+    memory = Memory(entries=[MemoryEntry("L", "optimization", "game", long_code, 0.5, 0.2, 1)])
+    (shown,) = memory.positives("optimization", k=1)
+    assert shown.code == long_code[:2000] and len(shown.code) == 2000
+    stored = memory.get("L")
+    assert stored is not None and stored.code == long_code  # replay and novelty need it all
+    assert memory.replay(1)[0].code == long_code
+    (short,) = Memory(MemoryConfig(code_chars=15), list(memory)).positives("optimization", k=1)
+    assert short.code == "class LongEnv:\n"
+
+
+def test_seeded_positives_are_cut_to_2000_characters() -> None:
+    memory = Memory.seeded()
+    for seed in load_seed_envs():
+        (shown,) = memory.positives(seed.skill, k=1)
+        assert len(seed.code) > 2000 and shown.code == seed.code[:2000]
 
 
 # -- frames and persistence --------------------------------------------------------------------------------
@@ -173,11 +221,23 @@ def test_load_takes_the_latest_snapshot_at_or_before_gen(tmp_path: Path) -> None
     assert ids(Memory.load(store, "run", gen=3)) == ["g1", "g3"]
 
 
-def test_load_without_a_snapshot_gives_the_seeded_memory(tmp_path: Path) -> None:
+def test_load_without_a_snapshot_gives_the_initial_memory(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
-    assert list(Memory.load(store, "run")) == list(Memory.seeded())
+    seeded_cfg = MemoryConfig(seed_with_library=True)
+    assert list(Memory.load(store, "run", cfg=seeded_cfg)) == list(Memory.seeded())
+    assert len(Memory.load(store, "run")) == 0  # the paper's memory starts empty
     Memory(entries=[entry("g2")]).save(store, "run", 2)
-    assert list(Memory.load(store, "run", gen=1)) == list(Memory.seeded())
+    assert list(Memory.load(store, "run", gen=1, cfg=seeded_cfg)) == list(Memory.seeded())
+    assert len(Memory.load(store, "run", gen=1)) == 0 and len(Memory.load(store, "run", gen=0)) == 0
+    assert ids(Memory.load(store, "run", gen=2)) == ["g2"]
+
+
+def test_an_empty_snapshot_loads_as_an_empty_memory_that_still_replays(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    Memory().save(store, "run", 1)
+    memory = Memory.load(store, "run", gen=1)
+    assert len(memory) == 0 and memory.replay(2) == []
+    assert memory.positives("optimization", 2, 0) == [] and memory.negatives("optimization", 1, 0) == []
 
 
 def test_saving_a_generation_again_replaces_its_snapshot(tmp_path: Path) -> None:
@@ -231,6 +291,44 @@ def test_add_scored_without_a_valid_column_adds_every_env() -> None:
     assert memory.get("A") == MemoryEntry("A", "data_retrieval", "tool", "class A: ...", 0.5, 0.25, 3)
 
 
+def test_win_fraction_counts_no_hint_plays_with_return_above_zero() -> None:
+    episodes = pd.DataFrame(
+        {
+            "env_id": ["A"] * 6 + ["B"] * 4,
+            "condition": ["no_hint"] * 4 + ["hint"] * 2 + ["no_hint"] * 4,
+            "episode_return": [0.2, -0.5, 0.0, 1.0, 1.0, 1.0, 0.4, 0.4, 0.9, 0.7],
+            "error_type": [None] * 7 + ["timeout", None, "model_error"],
+        }
+    )
+    # A: 0.2 and 1.0 win, -0.5 and 0.0 do not (the hinted plays are ignored). B: the play the environment
+    # broke (timeout) is left out; the model's failure is a play, not won: 2 of 3.
+    assert win_fractions(episodes) == {"A": 0.5, "B": pytest.approx(2 / 3)}
+    assert win_fractions(episodes.drop(columns=["error_type"]))["B"] == 1.0
+
+
+def test_add_scored_stores_the_fraction_of_won_plays_not_the_mean_return() -> None:
+    envs = pd.DataFrame(
+        {"env_id": ["A"], "design_id": ["a"], "skill": ["optimization"], "valid": [True], "code": ["class A: ..."]}
+    )
+    episodes = pd.DataFrame(
+        {
+            "env_id": ["A"] * 4,
+            "condition": ["no_hint"] * 4,
+            "episode_return": [1.0, 1.0, -1.0, -1.0],  # mean return 0.0, but half of the plays were won
+            "error_type": [None] * 4,
+        }
+    )
+    scores = score_environments(episodes, envs, ScoringConfig())
+    assert scores["win_rate"].iloc[0] == 0.0
+    memory = Memory()
+    memory.add_scored(scores, envs, gen=1, wins=win_fractions(episodes))
+    stored = memory.get("A")
+    assert stored is not None and stored.win_rate == 0.5
+    assert ids(memory.positives("optimization", k=1)) == ["A"]  # mid-band by fraction; a negative by mean
+    with pytest.raises(ValueError, match="'A'"):
+        Memory().add_scored(scores, envs, gen=1, wins={})
+
+
 # -- replay (step 6) ---------------------------------------------------------------------------------------
 def test_replay_takes_the_top_k_in_band_of_any_skill_by_regret() -> None:
     memory = Memory(
@@ -250,3 +348,7 @@ def test_replay_takes_the_top_k_in_band_of_any_skill_by_regret() -> None:
 def test_replay_from_a_seeded_memory_gives_seed_envs_newest_first() -> None:
     seeds = load_seed_envs()
     assert ids(Memory.seeded().replay(2)) == [seeds[-1].env_id, seeds[-2].env_id]
+
+
+def test_replay_from_an_empty_memory_replays_nothing() -> None:
+    assert Memory().replay(2) == [] and Memory.initial().replay(2, exclude={"x"}) == []

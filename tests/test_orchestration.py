@@ -206,6 +206,8 @@ def _write_designs(ctx: GenerationContext) -> StageRecord:
             "model_ref": "m",
             "attempt": 0,
             "policy_step": 0,
+            "completion_ids": None,
+            "logprobs": None,
         }
         for i, code in enumerate(codes)
     ]

@@ -9,6 +9,7 @@ import typing
 import pandas as pd
 import pytest
 
+from sandbox.outcome import ENV_ERROR_TYPES
 from spade_core import scoring
 from spade_core.config import ScoringConfig
 from spade_core.schemas import SCHEMAS, to_arrow
@@ -106,9 +107,27 @@ def test_learnability_is_absolute_zeros_one_minus_p_strictly_inside(p: float, ex
     assert learnability_reward(p, 0.3, CFG) == pytest.approx(expected)
 
 
-def test_registry_covers_every_configurable_variant() -> None:
+def test_registry_covers_every_per_environment_variant() -> None:
     choices = typing.get_args(ScoringConfig.model_fields["designer_reward"].annotation)
-    assert set(DESIGNER_REWARDS) == set(choices)
+    # learning_potential depends on the skill's other environments and on a stored state: not per environment.
+    assert set(DESIGNER_REWARDS) == set(choices) - {"learning_potential"}
+
+
+def test_one_pass_learning_potential_is_the_distance_to_the_skill_mean() -> None:
+    episodes = pd.DataFrame(
+        {
+            "env_id": ["a", "a", "b", "b", "c", "c"],
+            "condition": ["no_hint"] * 6,
+            "episode_return": [1.0, 1.0, 0.0, 1.0, 0.0, 0.0],
+            "error_type": [None] * 6,
+        }
+    )
+    envs = pd.DataFrame(
+        {"env_id": ["a", "b", "c"], "design_id": ["x", "y", "z"], "skill": ["optimization"] * 2 + ["causal_inference"]}
+    ).assign(valid=True)
+    scores = score_environments(episodes, envs, ScoringConfig(designer_reward="learning_potential"))
+    # optimization: win rates 1.0 and 0.5, mean 0.75 -> 0.25 each; causal_inference alone -> 0.
+    assert scores["designer_reward"].tolist() == pytest.approx([0.25, 0.25, 0.0])
 
 
 @pytest.mark.parametrize(
@@ -128,14 +147,17 @@ def test_invalid_design_gets_the_invalid_reward_in_every_variant(variant: str) -
 # -- score_environments ------------------------------------------------------------------------------------
 def _episodes() -> pd.DataFrame:
     rows = [
-        # A: no hint 1, 0, (1 but timed out -> 0), 0 -> 0.25; hint 1, 1, 1, 0 -> 0.75; regret 0.5
+        # A: no hint 1, 0, (1 but the model call failed -> 0), 0 -> 0.25, and a play the environment broke
+        # (left out); hint 1, 1, 1, 0 -> 0.75, and a broken one left out; regret 0.5
         ("A", "no_hint", 1.0, None),
         ("A", "no_hint", 0.0, None),
-        ("A", "no_hint", 1.0, "timeout"),
+        ("A", "no_hint", 1.0, "model_error"),
         ("A", "no_hint", 0.0, None),
+        ("A", "no_hint", 1.0, "timeout"),
         ("A", "hint", 1.0, None),
         ("A", "hint", 1.0, None),
         ("A", "hint", 1.0, None),
+        ("A", "hint", 0.0, "model_error"),
         ("A", "hint", 0.0, "exception"),
         # B: no hinted plays; partial returns 0.5, 0.5 -> win rate 0.5
         ("B", "no_hint", 0.5, None),
@@ -171,23 +193,84 @@ def test_score_environments_matches_hand_computed_rows() -> None:
         ("C", "c", "data_retrieval", 0.0, 0.0, 0.0, 0.0, 0.0),
         ("D", None, "pattern_recognition", 1.0, 1.0, 1.0, 0.0, 0.0),
     ]
-    for got, want in zip(scores.itertuples(index=False), expected, strict=True):
-        assert (got.env_id, got.skill) == (want[0], want[2])
-        assert got.design_id == want[1] or (want[1] is None and pd.isna(got.design_id))  # pandas 3: NaN in str
-        assert tuple(got)[3:] == pytest.approx(want[3:])
+    numbers = ["win_rate", "r_hint", "r_no_hint", "regret", "designer_reward"]
+    for got, want in zip(scores.to_dict("records"), expected, strict=True):
+        assert (got["env_id"], got["skill"]) == (want[0], want[2])
+        assert got["design_id"] == want[1] or (want[1] is None and pd.isna(got["design_id"]))  # pandas 3: NaN
+        assert [got[c] for c in numbers] == pytest.approx(want[3:])
+        assert got["hint_leaked"] is False
+    assert scores["hint_leaked"].dtype == bool
 
 
-def test_error_episodes_count_as_zero_whatever_their_return() -> None:
+def test_a_still_leaking_hint_removes_only_the_regret_term() -> None:
+    # A's hinted plays (0.75 vs 0.25) would give regret 0.5; its hint leaked, so no regret term: regret 0,
+    # r_hint kept for the record, blend = 0.6 * plateau(0.25) = 0.6 * 0.4; its twin design a2 shares it.
+    scores = score_environments(_episodes(), _envs(), CFG, leaked={"A", "C", "not-scored"})
+    to_arrow("env_scores", scores)
+    assert scores["hint_leaked"].tolist() == [True, True, False, False, False]  # C is invalid: never leaked
+    a = scores.iloc[0]
+    assert (a.win_rate, a.r_hint, a.regret) == pytest.approx((0.25, 0.75, 0.0))
+    assert a.designer_reward == pytest.approx(0.6 * 0.4)
+    clean = score_environments(_episodes(), _envs(), CFG)
+    others = ["win_rate", "r_hint", "r_no_hint", "regret", "designer_reward"]
+    pd.testing.assert_frame_equal(scores.iloc[2:][others], clean.iloc[2:][others])
+
+
+@pytest.mark.parametrize(("variant", "expected"), [("regret", 0.0), ("solve_rate", 0.4), ("learnability", 0.75)])
+def test_every_variant_scores_a_leaked_env_with_regret_zero(variant: str, expected: float) -> None:
+    cfg = ScoringConfig(designer_reward=variant)  # type: ignore[arg-type]
+    scores = score_environments(_episodes(), _envs(), cfg, leaked=["A"])
+    assert scores["designer_reward"].iloc[0] == pytest.approx(expected)
+
+
+def test_model_errors_count_as_zero_and_env_broken_plays_are_left_out() -> None:
     episodes = pd.DataFrame(
         {
-            "env_id": ["E", "E"],
-            "condition": ["no_hint"] * 2,
-            "episode_return": [1.0, 1.0],
-            "error_type": ["memory", None],
+            "env_id": ["E"] * 4,
+            "condition": ["no_hint"] * 4,
+            "episode_return": [1.0, 1.0, 0.0, 1.0],
+            "error_type": ["model_error", None, "memory", "contract_error"],
         }
     )
     envs = pd.DataFrame({"env_id": ["E"], "design_id": ["e"], "skill": ["optimization"], "valid": [True]})
-    assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [0.5]
+    assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [0.5]  # (0 + 1) / 2
+
+
+@pytest.mark.parametrize("error", sorted(ENV_ERROR_TYPES))
+def test_a_valid_env_whose_plays_the_environment_all_broke_gets_no_row(error: str) -> None:
+    # F's two no-hint plays broke (its hinted play did not): no win rate, so no row, and broken_env_ids names
+    # it for the record; the other environments keep their rows and values.
+    broken = pd.DataFrame(
+        [("F", "no_hint", 1.0, error), ("F", "no_hint", 0.0, error), ("F", "hint", 1.0, None)],
+        columns=["env_id", "condition", "episode_return", "error_type"],
+    )
+    episodes = pd.concat([_episodes(), broken], ignore_index=True)
+    envs = pd.concat(
+        [_envs(), pd.DataFrame([("F", "f", "optimization", True)], columns=_envs().columns)], ignore_index=True
+    )
+    assert scoring.broken_env_ids(episodes) == ["F"]
+    for variant in ("blend", "learning_potential"):
+        cfg = ScoringConfig(designer_reward=variant)  # type: ignore[arg-type]
+        scores = score_environments(episodes, envs, cfg)
+        to_arrow("env_scores", scores)
+        assert scores["env_id"].tolist() == ["A", "A", "B", "C", "D"]
+        pd.testing.assert_frame_equal(scores, score_environments(_episodes(), _envs(), cfg))
+    with pytest.raises(ScoringError, match="'F' has no no_hint episodes"):  # no plays at all: still an error
+        score_environments(_episodes(), envs, CFG)
+
+
+def test_a_model_error_is_not_the_environment_breaking() -> None:
+    episodes = pd.DataFrame(
+        {
+            "env_id": ["G"] * 2,
+            "condition": ["no_hint"] * 2,
+            "episode_return": [0.0] * 2,
+            "error_type": ["model_error"] * 2,
+        }
+    )
+    envs = pd.DataFrame({"env_id": ["G"], "design_id": ["g"], "skill": ["optimization"], "valid": [True]})
+    assert scoring.broken_env_ids(episodes) == []
+    assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [0.0]
 
 
 def test_invalid_env_scores_zero_with_the_configured_invalid_reward() -> None:
@@ -235,6 +318,7 @@ def test_summary_metrics_are_namespaced_and_hand_computed() -> None:
             "envs/count": 5.0,
             "envs/designs": 4.0,  # D is replayed, not designed
             "envs/valid_fraction": 0.75,
+            "envs/hint_leaked_fraction": 0.0,
             "designer/reward_mean": (0.64 + 0.64 + 0.6 + 0.0) / 4,
             "designer/reward_std": float(pd.Series([0.64, 0.64, 0.6, 0.0]).std(ddof=0)),
             "designer/regret_mean": 1 / 3,
@@ -246,6 +330,14 @@ def test_summary_metrics_are_namespaced_and_hand_computed() -> None:
             "agent/unsolved_fraction": 0.0,
         }
     )
+
+
+def test_summary_metrics_leave_leaked_hints_out_of_regret_and_hint_return() -> None:
+    envs = _envs()
+    metrics = summary_metrics(score_environments(_episodes(), envs, CFG, leaked={"A"}), envs["valid"])
+    assert metrics["envs/hint_leaked_fraction"] == pytest.approx(2 / 4)  # a1 and a2 of 4 valid rows
+    assert metrics["designer/regret_mean"] == 0.0 and metrics["designer/positive_regret_fraction"] == 0.0  # b only
+    assert metrics["agent/hint_return_mean"] == pytest.approx((0.0 + 1.0) / 2)  # B and D
 
 
 def test_summary_metrics_without_valid_rows_are_nan_not_zero() -> None:

@@ -74,6 +74,7 @@ def _designs() -> tuple[pd.DataFrame, pd.DataFrame]:
         ]
     )
     common = {"doc_id": "doc1", "group_id": "grp1", "skill": "optimization", "kind": "game", "prompt": prompt}
+    common |= {"completion_ids": None, "logprobs": None}  # no stored tokens: the reply's text is tokenized
     designs = pd.DataFrame(
         [
             {**common, "design_id": "des1", "completion": f"```python\n{code}```", "code": code}
@@ -82,26 +83,30 @@ def _designs() -> tuple[pd.DataFrame, pd.DataFrame]:
             | {"env_id": None, "model_ref": "base", "attempt": 0, "policy_step": 0},
         ]
     )
-    scores = pd.DataFrame(
+    # The reward stage's row for the valid design: raw 0.8, advantage (centred x scale) 0.5.
+    rewards = pd.DataFrame(
         [
             {
-                "env_id": env.env_id,
                 "design_id": "des1",
+                "env_id": env.env_id,
                 "skill": "optimization",
-                "win_rate": 0.5,
-                "r_hint": 0.75,
-                "r_no_hint": 0.5,
+                "window_win_rate": 0.5,
                 "regret": 0.25,
-                "designer_reward": 0.8,
+                "raw": 0.8,
+                "dropped": False,
+                "centred": 0.25,
+                "scale": 2.0,
+                "reward": 0.5,
+                "train_step": S0,
             }
         ]
     )
-    return designs, scores
+    return designs, rewards
 
 
 @pytest.fixture(scope="module")
 def generation_frames(tiny_generator: TransformersGenerator) -> dict[str, pd.DataFrame]:
-    designs, scores = _designs()
+    designs, rewards = _designs()
     verdict = {"attempt": 0, "message": None, "checks": {}, "seconds": 0.0}
     validations = pd.DataFrame(
         [
@@ -109,21 +114,27 @@ def generation_frames(tiny_generator: TransformersGenerator) -> dict[str, pd.Dat
             {"design_id": "des2", "env_id": None, "ok": False, "error_type": "syntax_error", **verdict},
         ]
     )
-    frames = {"episodes": _episodes(tiny_generator), "designs": designs, "env_scores": scores}
+    frames = {"episodes": _episodes(tiny_generator), "designs": designs, "designer_rewards": rewards}
     return frames | {"validations": validations}
 
 
 # The pipeline stage that writes each table: the trainer reads only those stages' files.
-STAGE_OF = {"episodes": "rollout-s0", "designs": "design", "validations": "validate", "env_scores": "score"}
+STAGE_OF = {"episodes": "rollout-s0", "designs": "design", "validations": "validate", "designer_rewards": "reward"}
+# Generation 1's designs are trained D = K = 2 steps after its first step: at generation 2's first step, which
+# plays the base model (no checkpoint at or below it), so every trainer test trains generation 2.
+GEN, S0 = 2, 2
+DESIGN_TABLES = ("designs", "validations", "designer_rewards")
 
 
-def _store_generation(store: Store, frames: dict[str, pd.DataFrame], gen: int = 1) -> None:
+def _store_generation(store: Store, frames: dict[str, pd.DataFrame]) -> None:
+    """The designs (and their reward) as generation 1 wrote them; the plays and pool as generation 2's."""
     for table, frame in frames.items():
+        gen = 1 if table in DESIGN_TABLES else GEN
         store.write_table(table, frame, run_id=RUN, gen=gen, stage=STAGE_OF[table])
     pool = pd.DataFrame(
         [{"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code} for e in ENVS]
     )
-    store.write_table("pool", pool.assign(source="replay"), run_id=RUN, gen=gen, stage="pool")
+    store.write_table("pool", pool.assign(source="replay"), run_id=RUN, gen=GEN, stage="pool")
 
 
 def _params(path: str) -> dict[str, torch.Tensor]:
@@ -143,11 +154,12 @@ def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_model
     _store_generation(store, generation_frames)
     cfg = _cfg(str(tmp_path))
     gen = TransformersGenerator(tiny_model_dir, device="cpu", dtype="float32")
-    batch = build_batch(cfg, store, RUN, 1, 0, gen.tokenizer)
+    batch = build_batch(cfg, store, RUN, GEN, 0, gen.tokenizer)
     episodes = generation_frames["episodes"]
     no_hint = episodes[episodes["condition"] == "no_hint"]
     assert len(batch.samples(AGENT)) == len(no_hint) == 4  # hinted plays are never trained on
-    assert len(batch.samples(DESIGNER)) == 2
+    assert len(batch.samples(DESIGNER)) == 1  # the invalid reply is never trained on
+    assert batch.samples()[0].role == DESIGNER  # the designer's samples come first
     for row in no_hint.itertuples():
         group = [s for s in batch.samples(AGENT) if s.group == f"agent:{row.env_id}"]
         sample = next(s for s in group if s.prompt_ids + s.completion_ids == list(row.token_ids))
@@ -157,6 +169,10 @@ def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_model
         mean = sum(rewards) / len(rewards)
         std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
         assert sample.advantage == pytest.approx((sample.reward - mean) / (std + 1e-8))
+        if row.env_id == SEEDS["data_retrieval"].env_id and not row.terminated:
+            # A tool-use play cut by the turn limit stays in its group but is masked out of the loss.
+            assert sum(sample.env_mask) == 0
+            continue
         trained = [t for t, m in zip(sample.completion_ids, sample.env_mask, strict=True) if m]
         agent_text = "".join(t["content"] for t in row.transcript if t["role"] == "assistant")
         decoded = gen.tokenizer.decode(trained, skip_special_tokens=True)
@@ -166,8 +182,9 @@ def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_model
         for turn in row.transcript[2:]:  # later observations are environment text: never trained on
             if turn["role"] == "user":
                 assert turn["content"].strip()[:40] in masked_out
-    rewards = sorted(s.reward for s in batch.samples(DESIGNER))
-    assert rewards == [0.0, 0.8]  # the invalid reply gets scoring.invalid_reward
+    (design,) = batch.samples(DESIGNER)
+    assert (design.reward, design.advantage, design.source_id) == (0.8, 0.5, "des1")  # not z-scored
+    assert build_batch(cfg, store, RUN, GEN, 1, gen.tokenizer).samples(DESIGNER) == []  # due at one step only
     gen.close()
 
 
@@ -177,42 +194,44 @@ def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(
     store = Store(str(tmp_path))
     _store_generation(store, generation_frames)
     cfg = _cfg(str(tmp_path))
-    summary = train_step(cfg, store, RUN, 1, 0)
+    summary = train_step(cfg, store, RUN, GEN, 0)
     assert summary.kind == "full" and summary.steps == 1, summary
-    assert summary.agent_samples == 4 and summary.designer_samples == 2
-    assert checkpoint_complete(store, RUN, 1)
-    path = model_path_for_checkpoint(cfg, store, RUN, 1)
-    assert model_for_step(cfg, store, RUN, 1) == path  # step 1 plays with checkpoint 1
-    assert {"optimizer.pt", "scheduler.pt"} <= set(read_marker(store, RUN, 1)["files"])
+    assert summary.agent_samples == 4 and summary.designer_samples == 1
+    assert checkpoint_complete(store, RUN, S0 + 1)
+    path = model_path_for_checkpoint(cfg, store, RUN, S0 + 1)
+    assert model_for_step(cfg, store, RUN, S0 + 1) == path  # the next step plays the checkpoint it wrote
+    assert {"optimizer.pt", "scheduler.pt"} <= set(read_marker(store, RUN, S0 + 1)["files"])
     before, after = _params(tiny_model_dir), _params(path)
     changed = sum(not torch.equal(before[k], after[k]) for k in before)
     assert changed > len(before) // 2, f"only {changed}/{len(before)} tensors changed"
     assert (Path(path) / "tokenizer.json").is_file() or (Path(path) / "tokenizer_config.json").is_file()
     assert isinstance(_generates(path), str)
-    metrics = store.read_table("train_metrics", run_id=RUN, gen=1)
-    assert set(metrics["role"]) == {AGENT, DESIGNER} and set(metrics["step"]) == {0}
+    metrics = store.read_table("train_metrics", run_id=RUN, gen=GEN)
+    assert set(metrics["role"]) == {AGENT, DESIGNER} and set(metrics["step"]) == {S0}
     assert metrics["loss"].map(math.isfinite).all() and (metrics["tokens"] > 0).all()
     assert (metrics["learning_rate"] == 1e-4).all()  # constant schedule
     # Behaviour log-probs were stored by the engine (sampling at temperature 0.6; the oracle's plays have none):
     # the weights are real, near 1 and within the bounds.
     assert ((metrics["tis_weight_mean"] > 0.0) & (metrics["tis_weight_mean"] <= 2.0)).all()
-    samples = store.read_table("train_samples", run_id=RUN, gen=1)
-    assert len(samples) == 6 and set(samples["role"]) == {AGENT, DESIGNER}
+    samples = store.read_table("train_samples", run_id=RUN, gen=GEN)
+    assert len(samples) == 5 and set(samples["role"]) == {AGENT, DESIGNER}
+    designer = samples[samples["role"] == DESIGNER].iloc[0]
+    assert (designer["source_id"], designer["advantage"], designer["behaviour_step"]) == ("des1", 0.5, 0)
     assert set(samples[samples["role"] == AGENT]["source_id"]) == set(generation_frames["episodes"].query(
         "condition == 'no_hint'")["episode_id"])  # fmt: skip
-    assert store.fs.glob(f"{store.run_dir(RUN)}/tensorboard/step=0/**/events.out.tfevents.*")
+    assert store.fs.glob(f"{store.run_dir(RUN)}/tensorboard/step={S0}/**/events.out.tfevents.*")
 
-    # One optimizer for the run: step 1 (the same stored plays stand in for its own) continues checkpoint 1's
-    # AdamW state, and redoing step 1 after a "kill" gives the same weights.
-    step1 = generation_frames["episodes"].assign(policy_step=1)
-    store.write_table("episodes", step1, run_id=RUN, gen=1, stage="rollout-s1")
-    train_step(cfg, store, RUN, 1, 1)
-    optimizer = torch.load(Path(store.checkpoint_dir(RUN, 2)) / "optimizer.pt", weights_only=True)
+    # One optimizer for the run: the next step (the same stored plays stand in for its own) continues the
+    # AdamW state of the checkpoint it plays, and redoing that step after a "kill" gives the same weights.
+    step1 = generation_frames["episodes"].assign(policy_step=S0 + 1)
+    store.write_table("episodes", step1, run_id=RUN, gen=GEN, stage="rollout-s1")
+    train_step(cfg, store, RUN, GEN, 1)
+    optimizer = torch.load(Path(store.checkpoint_dir(RUN, S0 + 2)) / "optimizer.pt", weights_only=True)
     assert {int(v["step"]) for v in optimizer["state"].values()} == {2}  # AdamW's own count: two updates
-    first = _params(model_path_for_checkpoint(cfg, store, RUN, 2))
-    store.remove_dir(store.checkpoint_dir(RUN, 2))
-    train_step(cfg, store, RUN, 1, 1)
-    again = _params(model_path_for_checkpoint(cfg, store, RUN, 2))
+    first = _params(model_path_for_checkpoint(cfg, store, RUN, S0 + 2))
+    store.remove_dir(store.checkpoint_dir(RUN, S0 + 2))
+    train_step(cfg, store, RUN, GEN, 1)
+    again = _params(model_path_for_checkpoint(cfg, store, RUN, S0 + 2))
     assert all(torch.allclose(first[k], again[k], rtol=0, atol=1e-7) for k in first)
 
 
@@ -223,8 +242,8 @@ def test_truncated_importance_weights_are_capped_when_the_behaviour_policy_diffe
     frames["episodes"] = frames["episodes"].assign(logprobs=[[-50.0] * len(t) for t in frames["episodes"]["token_ids"]])
     _store_generation(store, frames)
     cfg = _cfg(str(tmp_path), "designer.train=false", "training.tis_high=1.5")
-    train_step(cfg, store, RUN, 1, 0)
-    metrics = store.read_table("train_metrics", run_id=RUN, gen=1)
+    train_step(cfg, store, RUN, GEN, 0)
+    metrics = store.read_table("train_metrics", run_id=RUN, gen=GEN)
     assert metrics["tis_weight_mean"].tolist() == [1.5] and metrics["tis_clipped_fraction"].tolist() == [1.0]
 
 
@@ -235,11 +254,11 @@ def test_lora_under_accelerate_launch_on_s3_loads_back(
     _store_generation(store, generation_frames)
     cfg = _cfg(s3_bucket, f"store.endpoint_url={s3_endpoint}", "training.lora=true", "training.lora_r=4")
     lines: list[str] = []
-    summary = launch_training(cfg, store, RUN, 1, 0, echo=lines.append)
+    summary = launch_training(cfg, store, RUN, GEN, 0, echo=lines.append)
     assert summary.kind == "lora" and summary.steps >= 1, "\n".join(lines[-20:])
-    marker = read_marker(store, RUN, 1)
+    marker = read_marker(store, RUN, S0 + 1)
     assert "adapter_config.json" in marker["files"] and "model.safetensors" not in marker["files"]
-    merged = model_path_for_checkpoint(cfg, store, RUN, 1)  # downloaded from S3, merged onto the base
+    merged = model_path_for_checkpoint(cfg, store, RUN, S0 + 1)  # downloaded from S3, merged onto the base
     before, after = _params(tiny_model_dir), _params(merged)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert isinstance(_generates(merged), str)
@@ -258,9 +277,9 @@ def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tm
     store = Store(str(tmp_path))
     frames = dict(generation_frames)
     frames["episodes"] = frames["episodes"].assign(episode_return=0.0)
-    frames["env_scores"] = frames["env_scores"].assign(designer_reward=0.0)
+    frames["designer_rewards"] = frames["designer_rewards"].assign(centred=0.0, reward=0.0)
     _store_generation(store, frames)
-    summary = train_step(_cfg(str(tmp_path)), store, RUN, 1, 0)
+    summary = train_step(_cfg(str(tmp_path)), store, RUN, GEN, 0)
     assert summary.kind == "unchanged" and summary.zero_variance_groups == 3
     assert "zero reward variance" in (summary.skipped_reason or "")
     assert store.read_table("train_metrics", run_id=RUN).empty

@@ -11,7 +11,8 @@ import typer
 
 from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.design import design_messages, extract_code, skills_for_generation
+from spade_core.config import skill_kind
+from spade_core.design import design_messages, extract_code, skills_for_generation, truncate_document
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.memory import Memory
@@ -33,7 +34,8 @@ def design(
 ) -> None:
     """Sample designs for one document with the configured model, validate them in the jail and show them.
 
-    Memory examples come from the store's latest memory snapshot (or the seed library).
+    Memory examples come from the seed library (seeded whatever ``memory.seed_with_library`` says, so the
+    prompt shows examples); the document is cut as the design stage cuts it, with the truncation marker.
     """
     cfg = resolve(preset, config, overrides, store)
     if (doc_id is None) == (text is None):
@@ -52,10 +54,9 @@ def design(
     rng = random.Random(cfg.seed)
     memory = Memory.seeded(cfg.memory)
     examples = memory.positives(skill, cfg.designer.memory_positive, rng)
-    negatives = memory.negatives(cfg.designer.memory_negative, rng)
-    messages = design_messages(
-        " ".join(document.split()[: cfg.corpus.max_words]), skill, cfg.designer.difficulty, examples, negatives
-    )
+    negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
+    budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
+    messages = design_messages(truncate_document(document, budget), skill, cfg.designer.difficulty, examples, negatives)
     if show_prompt and not as_json:
         typer.echo(messages[1]["content"] + "\n" + "=" * 80)
     generator = make_generator(cfg.model)

@@ -1,12 +1,15 @@
 """The one list of a generation's stages, in pipeline order (docs/DESIGN.md §10).
 
     documents → design → validate (sharded over design shards) → novelty (optional) → pool → hint
-    → [ rollout (sharded over pool blocks) → score → memory → train ] × K steps → evaluate (when due)
+    → [ rollout (sharded over pool blocks) → score → memory → train ] × K steps → reward → evaluate (when due)
 
 The per-step stages (``rollout``, ``train``) run once per step ``k`` of the generation as the instances
 ``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them, run in step 0 only (the
 regret and the memory come from the pool's first plays). :func:`stages_for` expands the declarations into
-the instances of one generation, in order.
+the instances of one generation, in order. ``reward`` (the designer's reward over the whole window of K
+steps) runs after the last step; the designs it rewards are trained by a later generation's ``train``
+(``designer.training_delay`` steps after this generation's first step), hence ``train``'s dependency on
+the previous generation's ``reward``.
 
 The Prefect flow (``flows/generation.py``), ``spade status`` and the local runner
 (:mod:`spade_core.pipeline.local`) iterate :data:`STAGES`. Adding a stage is one module under
@@ -28,6 +31,7 @@ from spade_core.pipeline.stages import (
     memory,
     novelty,
     pool,
+    reward,
     rollout,
     score,
     train,
@@ -57,16 +61,20 @@ STAGES: tuple[Stage, ...] = (
         per_step=True,
         carry=("train",),
     ),
-    Stage("score", score.run, ("design", "validate", "novelty", "pool", "rollout")),
+    Stage("score", score.run, ("design", "validate", "novelty", "pool", "hint", "rollout")),
     Stage("memory", memory.run, ("score",)),
     Stage(
         "train",
         train.run,
         ("memory", "rollout", "score"),
+        ("reward",),
         retried=True,
         exclusive=True,
         per_step=True,
         carry=("train",),
+    ),
+    Stage(
+        "reward", reward.run, ("validate", "novelty", "pool", "hint", "rollout"), ("reward",), applies=reward.applies
     ),
     Stage("evaluate", evaluate.run, ("train",), retried=True, exclusive=True, applies=evaluate.due),
 )

@@ -1,4 +1,7 @@
-"""Design (docs/DESIGN.md §7 step 3): G designs per document prompt, all in one batched model call."""
+"""Design (docs/DESIGN.md §7 step 3): one design prompt per document (``designer.group_size`` replies each,
+1 in the paper), all in one batched model call. The validate stage retries the failed prompts with the
+helpers here (:func:`prompt_for`, :func:`generate_rows`), so a retry is built exactly like a first attempt.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,14 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.design import design_id_for, design_messages, design_row, skill_kind, skills_for_generation
+from spade_core.design import (
+    design_id_for,
+    design_messages,
+    design_row,
+    skill_kind,
+    skills_for_generation,
+    truncate_document,
+)
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
 from spade_core.pipeline.context import GenerationContext
@@ -15,49 +25,83 @@ from spade_core.shards import shard_count, shard_rows
 
 NAME = "design"
 
+Prompt = tuple[str | None, str, list[dict[str, str]]]  # (doc_id, skill, chat messages)
+
 
 def prompt_plan(ctx: GenerationContext) -> list[str]:
-    """The skill of each document prompt this generation, round-robin over the generation's skills."""
+    """The skill of each document prompt this generation: prompt i gets skill i mod n."""
     skills = skills_for_generation(ctx.gen, ctx.cfg.designer)
     return [skills[i % len(skills)] for i in range(ctx.cfg.designer.documents_per_generation)]
 
 
-def _truncate(text: str, words: int) -> str:
-    return " ".join(text.split()[:words])
+def prompt_for(ctx: GenerationContext, skill: str, doc: Any | None, memory: Memory, rng: random.Random) -> Prompt:
+    """The design prompt for ``skill`` on document ``doc`` (a ``documents`` row, or None: no corpus)."""
+    cfg = ctx.cfg
+    doc_id, text = None, None
+    if doc is not None:
+        budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
+        doc_id, text = str(doc.doc_id), truncate_document(str(doc.text), budget)
+    positives = memory.positives(skill, cfg.designer.memory_positive, rng)
+    negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
+    return doc_id, skill, design_messages(text, skill, cfg.designer.difficulty, positives, negatives)
+
+
+def sampling(ctx: GenerationContext, seed: int) -> SamplingParams:
+    """The designer's sampling: the model's settings, the designer's budget, behaviour log-probs on."""
+    return SamplingParams.from_config(
+        ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=seed, logprobs=True
+    )
+
+
+def generate_rows(
+    ctx: GenerationContext,
+    prompts: list[Prompt],
+    ids: list[tuple[str, str]],
+    generator: Generator,
+    rng: random.Random,
+    attempt: int,
+    seed: int,
+) -> pd.DataFrame:
+    """One ``designs`` row per (prompt, (design_id, group_id)) pair, from one batched model call."""
+    requests = [GenerationRequest(messages=m, seed=rng.getrandbits(31)) for _, _, m in prompts]
+    completions = generator.generate(requests, sampling(ctx, seed))
+    rows = []
+    for (doc_id, skill, messages), (design_id, group_id), completion in zip(prompts, ids, completions, strict=True):
+        row = design_row(
+            design_id=design_id,
+            doc_id=doc_id,
+            group_id=group_id,
+            skill=skill,
+            messages=messages,
+            completion=completion.text,
+            model_ref=generator.model_ref,
+        )
+        rows.append(
+            {
+                **row,
+                "attempt": attempt,
+                "policy_step": ctx.first_step,
+                "completion_ids": list(completion.token_ids) or None,
+                "logprobs": completion.logprobs,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator, memory: Memory) -> pd.DataFrame:
-    """The designs of every document prompt (``attempt`` 0), G per prompt; writes ``design-{k}`` shards."""
-    cfg, rng = ctx.cfg, random.Random(ctx.seed)
-    prompts: list[tuple[str | None, str, list[dict[str, str]]]] = []
-    for i, skill in enumerate(prompt_plan(ctx)):
-        doc_id, text = None, None
-        if not documents.empty:
-            doc = documents.iloc[i % len(documents)]
-            budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
-            doc_id, text = str(doc.doc_id), _truncate(str(doc.text), budget)
-        positives = memory.positives(skill, cfg.designer.memory_positive, rng)
-        negatives = memory.negatives(cfg.designer.memory_negative, rng)
-        prompts.append((doc_id, skill, design_messages(text, skill, cfg.designer.difficulty, positives, negatives)))
-    group = cfg.designer.group_size
-    requests = [GenerationRequest(messages=m, seed=rng.getrandbits(31)) for _, _, m in prompts for _ in range(group)]
-    params = SamplingParams.from_config(cfg.model, max_new_tokens=cfg.designer.max_new_tokens, seed=ctx.seed)
-    completions = generator.generate(requests, params)
-    rows = []
-    for p, (doc_id, skill, messages) in enumerate(prompts):
-        group_id = design_id_for(ctx.run_id, ctx.gen, doc_id, skill, -1 - p)
+    """The first attempt (``attempt`` 0) of every design prompt, G replies each; writes ``design-{k}`` shards."""
+    rng = random.Random(ctx.seed)
+    group = ctx.cfg.designer.group_size
+    prompts: list[Prompt] = []
+    ids: list[tuple[str, str]] = []
+    for p, skill in enumerate(prompt_plan(ctx)):
+        doc = documents.iloc[p % len(documents)] if not documents.empty else None
+        prompt = prompt_for(ctx, skill, doc, memory, rng)
+        group_id = design_id_for(ctx.run_id, ctx.gen, prompt[0], skill, -1 - p)
         for g in range(group):
-            row = design_row(
-                design_id=design_id_for(ctx.run_id, ctx.gen, doc_id, skill, p * group + g),
-                doc_id=doc_id,
-                group_id=group_id,
-                skill=skill,
-                messages=messages,
-                completion=completions[p * group + g].text,
-                model_ref=generator.model_ref,
-            )
-            rows.append({**row, "attempt": 0, "policy_step": ctx.first_step})
-    frame = pd.DataFrame(rows)
+            prompts.append(prompt)
+            ids.append((design_id_for(ctx.run_id, ctx.gen, prompt[0], skill, p * group + g), group_id))
+    frame = generate_rows(ctx, prompts, ids, generator, rng, attempt=0, seed=ctx.seed)
     for shard in range(shard_count(len(frame), ctx.shard_size)):
         ctx.write("designs", shard_rows(frame, shard, ctx.shard_size), NAME, shard)
     return frame

@@ -11,11 +11,12 @@ from typing import Any
 
 import pandas as pd
 
+from spade_core.hints import leaked_env_ids
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.verdicts import final_designs
-from spade_core.scoring import score_environments
+from spade_core.scoring import broken_env_ids, score_environments
 
 NAME = "score"
 EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type"]
@@ -45,6 +46,9 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
         designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
     # The pool's first plays (step 0: the hinted plays and the first no-hint plays) give win rate and regret.
     episodes = ctx.read("episodes", [instance_name("rollout", 0)], EPISODE_COLUMNS)[EPISODE_COLUMNS]
-    scores = score_environments(episodes, scored_envs(designs, ctx.pool()), ctx.cfg.scoring)
+    hints = ctx.read("hints", ["hint"], ["env_id", "leaks_solution"])
+    envs = scored_envs(designs, ctx.pool())
+    scores = score_environments(episodes, envs, ctx.cfg.scoring, leaked=leaked_env_ids(hints))
     ctx.write("env_scores", scores, NAME)
-    return {"rows": len(scores)}
+    # A valid environment whose no-hint plays all broke has no win rate: no row, listed here.
+    return {"rows": len(scores), "broken_envs": broken_env_ids(episodes)}

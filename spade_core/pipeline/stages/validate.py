@@ -1,26 +1,34 @@
-"""Validate (docs/DESIGN.md §7 step 4): each shard of designs in the jail, with optional repair rounds.
+"""Validate (docs/DESIGN.md §7 step 4): each shard of designs in the jail; a failed prompt is retried.
 
-Shard ``k`` validates exactly ``designs/design-{k}``. A repair round feeds a failed design's error back to
-the model; the repaired reply is a new ``designs`` row of its own (same ``design_id``, ``attempt`` = the
-round, file ``repair-{k}``) and its verdict a new ``validations`` row, so nothing the design stage wrote is
-ever rewritten. The verdict of a design is the one of its highest attempt
-(:func:`spade_core.pipeline.verdicts.final_designs`).
+Shard ``k`` validates exactly ``designs/design-{k}``. A design prompt has ``designer.max_attempts``
+attempts: after a failed one, the next is a repair (the first ``designer.repair_rounds`` retries: the
+error is fed back to the model) or a fresh design of the same skill from a fresh document (the authors'
+retry). Every retry is a new ``designs`` row of its own (same ``design_id``, ``attempt`` = its number,
+file ``repair-{k}``), its document a ``documents`` row (file ``retry-{k}``) and its verdict a new
+``validations`` row, so nothing the design stage wrote is ever rewritten. The verdict of a design is the
+one of its highest attempt (:func:`spade_core.pipeline.verdicts.final_designs`); failed attempts are never
+trained on.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pandas as pd
 
+from spade_core.corpus import sample_documents
 from spade_core.design import design_row, repair_messages
+from spade_core.hashing import short_hash
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.stages.design import generate_rows, prompt_for
 from spade_core.validate import validate_many
 
 NAME = "validate"
-REPAIR = "repair"  # the designs file of this stage's repaired replies
+REPAIR = "repair"  # the designs file of this stage's retries (repairs and fresh designs)
+RETRY_DOCUMENTS = "retry"  # the documents file of the fresh documents of retries
 
 
 def validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[str, Any]]:
@@ -47,7 +55,7 @@ def _repair(
 ) -> pd.DataFrame:
     """The repaired replies of ``failed`` designs as new design rows with ``attempt``."""
     params = SamplingParams.from_config(
-        ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=ctx.seed + 1
+        ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=ctx.seed + attempt, logprobs=True
     )
     requests = [
         GenerationRequest(
@@ -67,40 +75,80 @@ def _repair(
             completion=reply.text,
             model_ref=d.model_ref,
         )
-        rows.append({**row, "attempt": attempt, "policy_step": ctx.first_step})
+        behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
+        rows.append({**row, "attempt": attempt, "policy_step": ctx.first_step, **behaviour})
     return pd.DataFrame(rows)
+
+
+def _fresh_documents(ctx: GenerationContext, count: int, shard: int, attempt: int) -> pd.DataFrame:
+    """``count`` documents for the retries of ``attempt`` in ``shard`` (seeded: a rerun samples the same)."""
+    corpus = ctx.cfg.corpus
+    if not corpus.enabled or count == 0:
+        return pd.DataFrame()
+    seed = int(short_hash(f"{ctx.seed}:retry:{shard}:{attempt}"), 16) % (2**31)
+    return sample_documents(
+        corpus.source,
+        count,
+        seed,
+        max(corpus.max_words, corpus.max_words_tool),
+        endpoint_url=ctx.cfg.store.endpoint_url,
+    )
+
+
+def _redesign(
+    ctx: GenerationContext, failed: pd.DataFrame, generator: Generator, shard: int, attempt: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Fresh designs of the ``failed`` designs' skills on fresh documents: (design rows, the documents)."""
+    documents = _fresh_documents(ctx, len(failed), shard, attempt)
+    rng = random.Random(f"{ctx.seed}:{shard}:{attempt}")
+    memory = ctx.previous_memory()
+    prompts = [
+        prompt_for(ctx, str(d.skill), documents.iloc[i % len(documents)] if not documents.empty else None, memory, rng)
+        for i, d in enumerate(failed.itertuples())
+    ]
+    ids = [(str(d.design_id), str(d.group_id)) for d in failed.itertuples()]
+    seed = ctx.seed + 1000 * attempt + shard
+    return generate_rows(ctx, prompts, ids, generator, rng, attempt, seed), documents
 
 
 def validate_shard(
     ctx: GenerationContext, designs: pd.DataFrame, shard: int, generator: Generator | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Validate one shard of designs, repair failures (``designer.repair_rounds``), write ``validate-{shard}``
-    and ``repair-{shard}``. Returns (the repaired design rows, every validation row)."""
+    """Validate one shard of designs, retry the failed ones (repairs, then fresh designs) until valid or out
+    of ``designer.max_attempts``; write ``validate-{shard}``, ``repair-{shard}`` and the retries' documents
+    (``retry-{shard}``). Returns (the retried design rows, every validation row)."""
     rows = validation_rows(ctx, designs)
     current = designs.reset_index(drop=True)
     latest = list(rows)  # the newest verdict of each design in ``current``
-    repaired: list[pd.DataFrame] = []
-    rounds = ctx.cfg.designer.repair_rounds if generator is not None else 0
-    for attempt in range(1, rounds + 1):
+    retried: list[pd.DataFrame] = []
+    documents: list[pd.DataFrame] = []
+    attempts = ctx.cfg.designer.max_attempts if generator is not None else 1
+    for attempt in range(1, attempts):
         failed = [i for i, r in enumerate(latest) if not r["ok"]]
         if not failed or generator is None:
             break
-        fixes = _repair(ctx, current.iloc[failed], [latest[i] for i in failed], generator, attempt)
-        verdicts = validation_rows(ctx, fixes)  # only the repaired designs are validated again
-        repaired.append(fixes)
+        if attempt <= ctx.cfg.designer.repair_rounds:
+            fixes = _repair(ctx, current.iloc[failed], [latest[i] for i in failed], generator, attempt)
+        else:
+            fixes, docs = _redesign(ctx, current.iloc[failed], generator, shard, attempt)
+            documents.append(docs)
+        verdicts = validation_rows(ctx, fixes)  # only the retried designs are validated again
+        retried.append(fixes)
         rows += verdicts
         for i, fix, verdict in zip(failed, fixes.to_dict("records"), verdicts, strict=True):
             current.iloc[i] = pd.Series(fix)
             latest[i] = verdict
-    repairs = pd.concat(repaired, ignore_index=True) if repaired else pd.DataFrame()
-    ctx.write("designs", repairs, REPAIR, shard)
-    return repairs, ctx.write("validations", pd.DataFrame(rows), NAME, shard)
+    retries = pd.concat(retried, ignore_index=True) if retried else pd.DataFrame()
+    fresh = [d for d in documents if not d.empty]
+    ctx.write("documents", pd.concat(fresh, ignore_index=True) if fresh else pd.DataFrame(), RETRY_DOCUMENTS, shard)
+    ctx.write("designs", retries, REPAIR, shard)
+    return retries, ctx.write("validations", pd.DataFrame(rows), NAME, shard)
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     shard = ctx.shard or 0
     designs = ctx.read_shard("designs", "design", shard)
-    repairs, validations = validate_shard(ctx, designs, shard, model)
+    retries, validations = validate_shard(ctx, designs, shard, model)
     final = validations.drop_duplicates("design_id", keep="last") if not validations.empty else validations
     valid = int(final["ok"].sum()) if not final.empty else 0
-    return {"valid": valid, "repaired": len(repairs)}
+    return {"valid": valid, "retried": len(retries), "failed_prompts": len(final) - valid}
