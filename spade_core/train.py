@@ -255,7 +255,10 @@ def _run_trainer(
             rollout_func=rollouts,
             callbacks=[recorder, optimizer.callback()],
         )
+        before = _trained_snapshot(trainer.model) if state.num_processes == 1 else None
         trainer.train()
+        if before is not None:
+            summary.weight_delta, summary.weight_delta_relative = _weight_delta(trainer.model, before)
         out = Path(tmp) / "checkpoint"
         trainer.save_model(str(out))
         if state.is_main_process:
@@ -265,6 +268,8 @@ def _run_trainer(
             summary.steps = int(trainer.state.global_step)
             summary.padded_samples = rollouts.padded
             summary.loss_mean = sum(losses) / len(losses) if losses else None
+            norms = [float(log["grad_norm"]) for log in recorder.logs if log.get("grad_norm") is not None]
+            summary.grad_norm = norms[-1] if norms else None
             summary.kind = "lora" if cfg.training.lora else "full"
             summary.seconds = time.perf_counter() - started
             stage = instance_name("train", s - first_step(cfg, gen))
@@ -279,6 +284,32 @@ def _run_trainer(
             write_checkpoint(store, out, run_id, s + 1, {**meta, "kind": summary.kind, "summary": summary.to_dict()})
         state.wait_for_everyone()
     return summary
+
+
+# Above this many trained parameters the before-copy would cost too much memory: no weight delta is reported.
+SNAPSHOT_LIMIT = 1_000_000_000
+
+
+def _trained_snapshot(model: Any) -> dict[str, Any] | None:
+    """A CPU copy of the trained parameters (all of them, or the LoRA adapter's), or None when too large."""
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if sum(p.numel() for _, p in trained) > SNAPSHOT_LIMIT:
+        return None
+    return {n: p.detach().to("cpu", copy=True) for n, p in trained}
+
+
+def _weight_delta(model: Any, before: dict[str, Any]) -> tuple[float, float]:
+    """(L2 norm of the update, that norm / L2 norm of the parameters before) over ``before``'s parameters."""
+    import torch
+
+    moved, size = 0.0, 0.0
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in before:
+                old = before[name].float()
+                moved += float((param.detach().to("cpu").float() - old).pow(2).sum())
+                size += float(old.pow(2).sum())
+    return moved**0.5, (moved / size) ** 0.5 if size else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

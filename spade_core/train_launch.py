@@ -49,6 +49,9 @@ class TrainSummary:
     skipped_episodes: int = 0
     tokens_trained: int = 0
     loss_mean: float | None = None
+    grad_norm: float | None = None  # the gradient norm of the optimizer step (before clipping)
+    weight_delta: float | None = None  # L2 norm of the update over the trained parameters
+    weight_delta_relative: float | None = None  # weight_delta / L2 norm of those parameters before the step
     seconds: float = 0.0
     skipped_reason: str | None = None
 
@@ -65,10 +68,15 @@ class TrainSummary:
         if self.kind == "unchanged" or self.checkpoint is None:
             return f"gen {self.gen} step {self.step}: no update ({self.skipped_reason})"
         loss = "n/a" if self.loss_mean is None else f"{self.loss_mean:.4f}"
+        moved = ""
+        if self.grad_norm is not None:
+            moved += f", grad norm {self.grad_norm:.3g}"
+        if self.weight_delta is not None and self.weight_delta_relative is not None:
+            moved += f", weights moved {self.weight_delta:.3g} (L2, {self.weight_delta_relative:.2e} relative)"
         return (
             f"gen {self.gen} step {self.step}: {self.agent_samples} agent + {self.designer_samples} designer "
             f"samples ({self.zero_variance_groups} groups with zero reward variance), {self.tokens_trained} tokens, "
-            f"loss {loss}, {self.seconds:.1f}s -> {self.checkpoint} ({self.kind})"
+            f"loss {loss}{moved}, {self.seconds:.1f}s -> {self.checkpoint} ({self.kind})"
         )
 
 

@@ -197,6 +197,11 @@ def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(
     summary = train_step(cfg, store, RUN, GEN, 0)
     assert summary.kind == "full" and summary.steps == 1, summary
     assert summary.agent_samples == 4 and summary.designer_samples == 1
+    # The summary says how far the step moved the weights, and the line a user sees shows it.
+    assert summary.grad_norm is not None and summary.grad_norm > 0
+    assert summary.weight_delta is not None and summary.weight_delta > 0
+    assert summary.weight_delta_relative is not None and 0 < summary.weight_delta_relative < 1
+    assert "weights moved" in summary.line() and "grad norm" in summary.line()
     assert checkpoint_complete(store, RUN, S0 + 1)
     path = model_path_for_checkpoint(cfg, store, RUN, S0 + 1)
     assert model_for_step(cfg, store, RUN, S0 + 1) == path  # the next step plays the checkpoint it wrote

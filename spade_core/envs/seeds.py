@@ -18,7 +18,6 @@ from spade_core.envs.contract import env_id_for
 from spade_core.resources import data_dir
 
 SEED_DIR = data_dir("seed_envs")
-STARTER_DIR = data_dir("starter_envs")
 
 
 @dataclass(frozen=True)
@@ -49,5 +48,5 @@ def load_seed_envs(directory: Path = SEED_DIR) -> list[SeedEnv]:
 
 def load_starter_envs(limit: int | None = None) -> list[SeedEnv]:
     """The starter environments sorted by file name, the first ``limit`` of them (None: all)."""
-    envs = load_seed_envs(STARTER_DIR)
+    envs = load_seed_envs(data_dir("starter_envs"))
     return envs if limit is None else envs[:limit]
