@@ -151,7 +151,7 @@ def test_the_registry_is_one_ordered_list_whose_inputs_come_before_each_stage() 
     for i, stage in enumerate(STAGES):
         assert set(stage.inputs) <= set(names[:i]), stage.name
         assert stage.shard_by is None or stage.shard_by in stage.inputs, stage.name
-    assert names[0] == "documents" and names[-2:] == ["train", "evaluate"]
+    assert names[0] == "documents" and names[-3:] == ["train", "reward", "evaluate"]
     novelty = load_config("tiny", overrides=["memory.novelty_threshold=0.9"])
     assert "novelty" in stages_for(novelty, 1) and "novelty" not in stages_for(load_config("tiny"), 1)
 
@@ -163,14 +163,19 @@ def test_a_generation_expands_into_k_steps_each_playing_the_weights_the_step_bef
     cfg = load_config("tiny", overrides=["training.steps_per_generation=3", "evaluation.every=1"])
     by_name = {s.name: s for s in instances(cfg, 2)}
     assert list(by_name)[5:] == [
-        "rollout-s0", "score", "memory", "train-s0", "rollout-s1", "train-s1", "rollout-s2", "train-s2", "evaluate"
+        "rollout-s0", "score", "memory", "train-s0", "rollout-s1", "train-s1", "rollout-s2", "train-s2", "reward",
+        "evaluate",
     ]  # fmt: skip
     assert by_name["rollout-s0"].inputs == ("pool", "hint") and by_name["rollout-s0"].step == 0
     assert by_name["rollout-s2"].inputs == ("pool", "hint", "train-s1")
     assert by_name["train-s1"].inputs == ("memory", "rollout-s1", "score", "train-s0")
     assert by_name["score"].inputs[-1] == "rollout-s0" and by_name["evaluate"].inputs == ("train-s2",)
+    # The designer's reward needs every step's plays: it follows the last rollout.
+    assert by_name["reward"].inputs[-1] == "rollout-s2"
     assert by_name["design"].previous == ("memory", "train-s2")  # the last step of generation g - 1
-    assert previous_names(cfg) == {"memory", "train-s2"}
+    # Generation g's first step trains generation g - 1's designs (D = K): it needs their reward.
+    assert by_name["train-s0"].previous == ("reward",)
+    assert previous_names(cfg) == {"memory", "train-s2", "reward"}
 
 
 def test_stage_tasks_never_use_prefects_cache_and_retry_only_model_and_io_stages() -> None:

@@ -34,6 +34,7 @@ OVERRIDES = [
     "corpus.max_words=40",
     "corpus.max_words_tool=40",
     "rollout.replay_envs=2",
+    "rollout.starter_envs=0",
     "rollout.plays_no_hint=2",
     "rollout.plays_hint=2",
     "rollout.max_turns=2",
@@ -45,9 +46,9 @@ OVERRIDES = [
     "training.steps_per_generation=2",
 ]
 IDS = {  # what identifies a row of each table within one generation
-    "documents": "doc_id",
-    "designs": "design_id",
-    "validations": "design_id",
+    "documents": "doc_id",  # the retries' fresh documents too (a resample of a used one: 1 in ~10,000)
+    "designs": "design_id || ':' || attempt",  # every attempt of a prompt is a row of its own
+    "validations": "design_id || ':' || attempt",
     "pool": "env_id",
     "hints": "env_id",
     "episodes": "episode_id",
