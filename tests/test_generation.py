@@ -378,7 +378,9 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
         def close(self) -> None:
             pass
 
-    cfg = load_config("tiny", overrides=["designer.repair_rounds=1", "memory.report_diversity=false"])
+    cfg = load_config(
+        "tiny", overrides=["designer.repair_rounds=1", "designer.max_attempts=2", "memory.report_diversity=false"]
+    )
     messages = design_messages(None, "optimization", "easy")
     designs = pd.DataFrame(
         [
@@ -452,7 +454,8 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
     docs = ctx.read("documents", ["documents"])
     designer = Designer()
     first = design(ctx, docs, designer, ctx.previous_memory())
-    retries, validations = validate_shard(ctx, first, 0, designer)
+    # As the validate stage reads its shard: the store's column order, not the design stage's dict order.
+    retries, validations = validate_shard(ctx, ctx.read_shard("designs", "design", 0), 0, designer)
     assert list(validations["attempt"]) == [0, 1, 2] and list(validations["ok"]) == [False, False, True]
     assert list(retries["design_id"]) == [first.iloc[0].design_id] * 2  # one prompt, its later attempts
     fresh = ctx.read("documents", ["retry"])

@@ -118,7 +118,7 @@ def validate_shard(
     of ``designer.max_attempts``; write ``validate-{shard}``, ``repair-{shard}`` and the retries' documents
     (``retry-{shard}``). Returns (the retried design rows, every validation row)."""
     rows = validation_rows(ctx, designs)
-    current = designs.reset_index(drop=True)
+    current = designs.reset_index(drop=True).to_dict("records")  # the newest attempt of each design
     latest = list(rows)  # the newest verdict of each design in ``current``
     retried: list[pd.DataFrame] = []
     documents: list[pd.DataFrame] = []
@@ -127,16 +127,17 @@ def validate_shard(
         failed = [i for i, r in enumerate(latest) if not r["ok"]]
         if not failed or generator is None:
             break
+        todo = pd.DataFrame([current[i] for i in failed])
         if attempt <= ctx.cfg.designer.repair_rounds:
-            fixes = _repair(ctx, current.iloc[failed], [latest[i] for i in failed], generator, attempt)
+            fixes = _repair(ctx, todo, [latest[i] for i in failed], generator, attempt)
         else:
-            fixes, docs = _redesign(ctx, current.iloc[failed], generator, shard, attempt)
+            fixes, docs = _redesign(ctx, todo, generator, shard, attempt)
             documents.append(docs)
         verdicts = validation_rows(ctx, fixes)  # only the retried designs are validated again
         retried.append(fixes)
         rows += verdicts
         for i, fix, verdict in zip(failed, fixes.to_dict("records"), verdicts, strict=True):
-            current.iloc[i] = pd.Series(fix)
+            current[i] = fix
             latest[i] = verdict
     retries = pd.concat(retried, ignore_index=True) if retried else pd.DataFrame()
     fresh = [d for d in documents if not d.empty]
