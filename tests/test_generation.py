@@ -31,6 +31,7 @@ OVERRIDES = [
     "rollout.max_turns=2",
     "rollout.max_tokens_per_turn=12",
     "rollout.replay_envs=2",
+    "rollout.starter_envs=1",
     "rollout.hint_max_words=30",
     "corpus.max_words=60",
     "corpus.max_words_tool=60",
@@ -156,7 +157,10 @@ def test_memory_snapshot_continues_in_the_next_generation(generation) -> None:  
     store, result = generation
     again = Memory.load(store, "it", 1)
     assert {e.env_id for e in again} == set(result.memory["env_id"])
-    assert set(result.envs["env_id"]) <= set(result.memory["env_id"])
+    played = result.envs[result.envs["source"] != "starter"]
+    assert set(played["env_id"]) <= set(result.memory["env_id"])  # every pool env but the starters
+    starters = set(result.envs.loc[result.envs["source"] == "starter", "env_id"])
+    assert len(starters) == 1 and not starters & set(result.memory["env_id"])
 
 
 def test_episodes_carry_hints_in_the_hint_condition(generation) -> None:  # type: ignore[no-untyped-def]
