@@ -268,11 +268,21 @@ class TrainingConfig(_Section):
     accelerate_config: str | None = Field(None, description="File under data/accelerate/ (None = single process).")
     gradient_checkpointing: bool = Field(False, description="Trade compute for memory (GPU presets).")
     bf16: bool = Field(False, description="bf16 mixed precision (GPU presets).")
+    drop_zero_advantage: bool = Field(
+        False,
+        description="Leave samples whose advantage is 0 out of the update (needs beta 0: they then carry no "
+        "gradient, only compute) [off: the authors keep them].",
+    )
 
     @model_validator(mode="after")
     def _tis_bounds(self) -> TrainingConfig:
         if self.tis_low > self.tis_high:
             raise ValueError(f"training.tis_low {self.tis_low} must be <= training.tis_high {self.tis_high}")
+        if self.drop_zero_advantage and self.beta > 0:
+            raise ValueError(
+                f"training.drop_zero_advantage needs training.beta 0, got {self.beta}: with a KL term a sample "
+                "whose advantage is 0 still has a gradient"
+            )
         return self
 
 

@@ -215,6 +215,9 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
         with tempfile.TemporaryDirectory() as empty:
             write_checkpoint(store, empty, run_id, s + 1, {**meta, "kind": "unchanged", "summary": summary.to_dict()})
         return summary
+    if cfg.training.drop_zero_advantage:  # no KL term (checked at load): they would add compute, no gradient
+        batch, summary.dropped_samples = batch.without_zero_advantage()
+        summary.tokens_trained = sum(x.trained_tokens for x in batch.samples())
     state = OptimizerState(optimizer_state_dir(store, run_id, parent))
     return _run_trainer(cfg, store, model_path, tokenizer, batch, summary, meta, state, started)
 

@@ -83,6 +83,22 @@ class Batch:
         """Groups whose advantages are all zero (one member, or equal rewards): no gradient."""
         return sum(1 for g in self.groups(role).values() if all(abs(s.advantage) < 1e-12 for s in g))
 
+    def without_zero_advantage(self) -> tuple[Batch, int]:
+        """The batch without its samples whose advantage is 0, and how many those were.
+
+        With no KL term such a sample adds no gradient, only compute (and tokens to the loss's normaliser:
+        the update's scale changes, which Adam's per-parameter normalisation all but cancels).
+
+        >>> def play(group, adv, source):
+        ...     return Sample("agent", group, [1], [2], [1], 0.0, adv, source_id=source)
+        >>> s = [play("g", 1.0, "e1"), play("g", -1.0, "e2"), play("h", 0.0, "e3")]
+        >>> kept, dropped = Batch(s).without_zero_advantage()
+        >>> [x.source_id for x in kept.samples()], dropped
+        (['e1', 'e2'], 1)
+        """
+        kept = [s for s in self.samples_ if abs(s.advantage) >= 1e-12]
+        return Batch(kept, self.skipped_episodes), len(self.samples_) - len(kept)
+
     def reward_stats(self, role: str) -> tuple[float, float]:
         rewards = [s.reward for s in self.samples(role)]
         if not rewards:

@@ -46,6 +46,7 @@ class TrainSummary:
     designer_samples: int = 0
     zero_variance_groups: int = 0
     padded_samples: int = 0  # zero-mask copies that fill the last micro-batch
+    dropped_samples: int = 0  # advantage 0, left out of the update (training.drop_zero_advantage)
     skipped_episodes: int = 0
     tokens_trained: int = 0
     loss_mean: float | None = None
@@ -69,13 +70,15 @@ class TrainSummary:
             return f"gen {self.gen} step {self.step}: no update ({self.skipped_reason})"
         loss = "n/a" if self.loss_mean is None else f"{self.loss_mean:.4f}"
         moved = ""
+        dropped = f"; {self.dropped_samples} samples with advantage 0 left out" if self.dropped_samples else ""
         if self.grad_norm is not None:
             moved += f", grad norm {self.grad_norm:.3g}"
         if self.weight_delta is not None and self.weight_delta_relative is not None:
             moved += f", weights moved {self.weight_delta:.3g} (L2, {self.weight_delta_relative:.2e} relative)"
         return (
             f"gen {self.gen} step {self.step}: {self.agent_samples} agent + {self.designer_samples} designer "
-            f"samples ({self.zero_variance_groups} groups with zero reward variance), {self.tokens_trained} tokens, "
+            f"samples ({self.zero_variance_groups} groups with zero reward variance{dropped}), "
+            f"{self.tokens_trained} tokens, "
             f"loss {loss}{moved}, {self.seconds:.1f}s -> {self.checkpoint} ({self.kind})"
         )
 
