@@ -37,6 +37,7 @@ class GenerationContext:
     upstream: dict[str, StageRecord] = field(default_factory=dict)  # input records by stage name
     echo: Callable[[str], None] | None = None  # where a stage's subprocess output goes (a logger)
     step: int | None = None  # the step k within the generation, for the per-step stages
+    policy_step: int | None = None  # the checkpoint the stage's model lease serves (resolved at its start)
     written: list[WrittenFile] = field(default_factory=list)  # every file written by this execution
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -55,10 +56,20 @@ class GenerationContext:
         shard: int | None = None,
         upstream: dict[str, StageRecord] | None = None,
         step: int | None = None,
+        policy_step: int | None = None,
     ) -> GenerationContext:
         """A fresh context for one execution: its ``written`` list is exactly that execution's files."""
         return GenerationContext(
-            self.cfg, self.store, self.run_id, self.gen, stage, shard, dict(upstream or {}), self.echo, step
+            self.cfg,
+            self.store,
+            self.run_id,
+            self.gen,
+            stage,
+            shard,
+            dict(upstream or {}),
+            self.echo,
+            step,
+            policy_step,
         )
 
     @property
@@ -75,6 +86,12 @@ class GenerationContext:
     def global_step(self) -> int:
         """The global step of this execution: ``(gen - 1) · K + k`` (the first step for stages without one)."""
         return self.first_step + (self.step or 0)
+
+    @property
+    def model_step(self) -> int:
+        """The checkpoint this execution's model rows come from (``policy_step``; without a resolved one,
+        the step's own checkpoint): what the rows' ``policy_step`` column stores."""
+        return self.global_step if self.policy_step is None else self.policy_step
 
     def write(self, table: str, frame: pd.DataFrame, stage: str, shard: int | str = 0) -> pd.DataFrame:
         """Write ``frame`` as this generation's (stage, shard) file of ``table`` (empty: schema only)."""

@@ -24,7 +24,7 @@ from spade_core.hashing import short_hash
 from spade_core.store import Store
 
 # Settings that change how a run executes, not what it writes: free to change between generations.
-EXECUTION_ONLY = ("task_runner", "dask_address", "retries", "retry_delay_s")
+EXECUTION_ONLY = ("task_runner", "dask_address", "retries", "retry_delay_s", "generation_devices", "training_devices")
 
 
 class StageRecord(BaseModel):
@@ -43,7 +43,9 @@ class StageRecord(BaseModel):
     model_calls: int = 0
     model_requests: int = 0
     info: dict[str, Any] = Field(default_factory=dict)
+    started_at: str = ""  # when the execution that wrote the marker began (UTC, milliseconds)
     finished_at: str = ""
+    policy_step: int | None = None  # the checkpoint a model-calling stage used (None: no model)
     # How this execution got the record: ran the stage, or reused the store's complete artifact.
     status: Literal["ran", "reused"] = "ran"
 
@@ -117,3 +119,9 @@ def list_markers(store: Store, run_id: str) -> dict[int, dict[str, StageRecord]]
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def now_precise() -> str:
+    """UTC now with milliseconds (a stage's start: the run report's timeline needs sub-second order)."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"

@@ -28,6 +28,7 @@ from spade_core.pipeline.markers import (
     combined_digest,
     digests,
     now,
+    now_precise,
     read_marker,
     write_marker,
 )
@@ -62,6 +63,8 @@ class Stage:
             run in step 0 only.
         carry: per-step stages of step ``k - 1`` this one depends on (step ``k`` plays with the weights
             step ``k - 1`` trained).
+        may_lag: a per-step stage that may use a checkpoint up to ``orchestration.max_staleness`` steps
+            older than its step's, so that it overlaps the previous step's update (the rollout).
         step: set on an instance: the step ``k`` within the generation it belongs to (None: no step).
     """
 
@@ -76,6 +79,7 @@ class Stage:
     applies: Callable[[SpadeConfig, int], bool] = always
     per_step: bool = False
     carry: tuple[str, ...] = ()
+    may_lag: bool = False
     step: int | None = None
 
 
@@ -136,9 +140,14 @@ def execute(
     upstream: dict[str, StageRecord],
     lease: GeneratorLease | None = None,
     shard: int | None = None,
+    policy_step: int | None = None,
 ) -> StageRecord:
-    """Reuse the stage's (or shard's) complete artifact, or run its body and write the marker."""
-    return _resumable(ctx, stage.name, shard, upstream, stage.body, lease, stage.step)
+    """Reuse the stage's (or shard's) complete artifact, or run its body and write the marker.
+
+    ``policy_step`` is the checkpoint ``lease`` serves (:func:`resolve_policy_step`): the body writes it on
+    every row it makes with the model, and the marker records it.
+    """
+    return _resumable(ctx, stage.name, shard, upstream, stage.body, lease, stage.step, policy_step)
 
 
 def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> StageRecord:
@@ -156,14 +165,15 @@ def _resumable(
     body: Body,
     lease: GeneratorLease | None,
     step: int | None,
+    policy_step: int | None = None,
 ) -> StageRecord:
     inputs = digests(*upstream.values())
     bound = artifact_hash(ctx.cfg)
     found = read_marker(ctx.store, ctx.run_id, ctx.gen, name, shard)
     if found is not None and found.inputs == inputs and found.artifact_hash == bound:
         return found.model_copy(update={"status": "reused"})
-    started = time.perf_counter()
-    run = ctx.execution(name, shard, upstream, step)
+    started, started_at = time.perf_counter(), now_precise()
+    run = ctx.execution(name, shard, upstream, step, policy_step)
     with ExitStack() as stack:
         model = LazyGenerator(lease, stack)
         info = body(run, cast(Generator, model)) or {}
@@ -187,7 +197,9 @@ def _resumable(
         model_calls=model.calls,
         model_requests=model.requests,
         info=info,
+        started_at=started_at,
         finished_at=now(),
+        policy_step=policy_step if lease is not None else None,
     )
     write_marker(ctx.store, record)
     return record
@@ -223,6 +235,38 @@ def upstream_for(
     found = {name: records[name] for name in stage.inputs if name in records}
     found.update({f"prev:{name}": previous[name] for name in stage.previous if name in previous})
     return found
+
+
+def target_step(cfg: SpadeConfig, gen: int, stage: Stage) -> int:
+    """The checkpoint a model-calling stage instance of generation ``gen`` is meant to use.
+
+    The generation's first checkpoint ``(gen - 1) · K`` for the stages outside the steps (design, validate,
+    hint); ``first + k`` for step ``k``'s plays, or ``first + max(0, k - max_staleness)`` for a stage that
+    may lag (docs/DESIGN.md §10: step ``k``'s plays overlap step ``k - 1``'s update).
+
+    >>> from types import SimpleNamespace as N
+    >>> cfg = N(training=N(steps_per_generation=4), orchestration=N(max_staleness=1))
+    >>> [target_step(cfg, 2, Stage("rollout", always, may_lag=True, step=k)) for k in range(4)]
+    [4, 4, 5, 6]
+    >>> target_step(cfg, 2, Stage("hint", always)), target_step(cfg, 2, Stage("train", always, step=3))
+    (4, 7)
+    """
+    first = (gen - 1) * cfg.training.steps_per_generation
+    if stage.step is None:
+        return first
+    lag = cfg.orchestration.max_staleness if stage.may_lag else 0
+    return first + max(0, stage.step - lag)
+
+
+def resolve_policy_step(cfg: SpadeConfig, store: Any, run_id: str, gen: int, stage: Stage) -> int:
+    """The checkpoint the stage uses now: the newest complete one at or below :func:`target_step`.
+
+    With asynchronous generations the design chain of generation ``gen`` runs while generation ``gen - 1``
+    still trains, so its target checkpoint does not exist yet: it takes the newest one at that moment.
+    """
+    from spade_core.checkpoints import newest_checkpoint_at_or_below
+
+    return newest_checkpoint_at_or_below(store, run_id, target_step(cfg, gen, stage))
 
 
 def previous_records(ctx: GenerationContext, names: set[str]) -> dict[str, StageRecord]:

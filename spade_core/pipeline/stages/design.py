@@ -80,7 +80,7 @@ def generate_rows(
             {
                 **row,
                 "attempt": attempt,
-                "policy_step": ctx.first_step,
+                "policy_step": ctx.model_step,
                 "completion_ids": list(completion.token_ids) or None,
                 "logprobs": completion.logprobs,
             }

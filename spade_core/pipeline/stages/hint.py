@@ -110,7 +110,7 @@ def hints_and_counts(
     first = [clean_hint(r.text, max_words) for r in replies]
     texts, counts = rewrite_leaks(ctx, envs, first, solutions, generator, params)
     rows = [
-        {**hint_row(e.env_id, text, sols, generator.model_ref), "policy_step": ctx.first_step}
+        {**hint_row(e.env_id, text, sols, generator.model_ref), "policy_step": ctx.model_step}
         for e, text, sols in zip(envs.itertuples(), texts, solutions, strict=True)
     ]
     return pd.DataFrame(rows), counts

@@ -62,7 +62,7 @@ def rollouts(ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, ge
     frame = pd.DataFrame(RolloutEngine.from_config(ctx.cfg, generator).run(specs))
     if "logprobs" not in frame.columns:
         frame["logprobs"] = None  # a backend without log-probs: TIS leaves these samples unweighted
-    frame["policy_step"] = ctx.global_step
+    frame["policy_step"] = ctx.model_step
     return frame
 
 
@@ -71,4 +71,4 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     block = shard_rows(ctx.pool(), shard, ctx.shard_size)
     hints = ctx.read("hints", ["hint"], ["env_id", "hint"])
     played = ctx.write("episodes", rollouts(ctx, block, hints, model), ctx.stage, shard)
-    return {"envs": len(block), "episodes": len(played), "policy_step": ctx.global_step}
+    return {"envs": len(block), "episodes": len(played), "policy_step": ctx.model_step}

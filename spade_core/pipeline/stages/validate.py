@@ -76,7 +76,7 @@ def _repair(
             model_ref=d.model_ref,
         )
         behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
-        rows.append({**row, "attempt": attempt, "policy_step": ctx.first_step, **behaviour})
+        rows.append({**row, "attempt": attempt, "policy_step": ctx.model_step, **behaviour})
     return pd.DataFrame(rows)
 
 
