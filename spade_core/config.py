@@ -311,6 +311,42 @@ class OrchestrationConfig(_Section):
     retry_delay_s: float = Field(
         5.0, gt=0, description="Delay before the first retry of an I/O or model task; doubles on each retry."
     )
+    async_generations: bool = Field(
+        True,
+        description="spade-run starts generation g+1's design chain (documents..hint) once generation g's memory "
+        "is written, on the newest checkpoint at that moment, while g trains its steps.",
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="1: step k's plays may use checkpoint k-1 and overlap step k-1's update (off-policy by one "
+        "step, corrected by TIS); 0: every play is on-policy.",
+    )
+    generation_devices: list[int] | None = Field(
+        None, description="CUDA devices of the generation server (None = all visible; shared with training)."
+    )
+    training_devices: list[int] | None = Field(
+        None, description="CUDA devices of the trainer (None = all visible; shared with generation)."
+    )
+
+    @model_validator(mode="after")
+    def _devices_split_or_shared(self) -> OrchestrationConfig:
+        gen, train = self.generation_devices, self.training_devices
+        if gen is not None and train is not None and set(gen) & set(train) and set(gen) != set(train):
+            raise ValueError(
+                f"orchestration.generation_devices {gen} and training_devices {train} must be disjoint (separate "
+                "devices) or equal (shared: they take turns)"
+            )
+        for key, devices in (("generation_devices", gen), ("training_devices", train)):
+            if devices is not None and (not devices or len(set(devices)) != len(devices) or min(devices) < 0):
+                raise ValueError(f"orchestration.{key} {devices} must list distinct device indices >= 0")
+        return self
+
+    def devices_shared(self) -> bool:
+        """Whether generation and training use the same devices (then a model is released before training)."""
+        gen, train = self.generation_devices, self.training_devices
+        return gen is None or train is None or set(gen) == set(train)
 
 
 class SpadeConfig(_Section):

@@ -71,6 +71,11 @@ def test_hash_is_stable_and_tracks_changes() -> None:
         (["designer.training_delay=1"], "designer.training_delay 1 must be >= training.steps_per_generation 2"),
         (["training.tis_low=3"], "training.tis_low 3.0 must be <= training.tis_high 2.0"),
         (["training.beta=0.01"], "training.drop_zero_advantage needs training.beta 0, got 0.01"),
+        (["orchestration.max_staleness=2"], "config key 'orchestration.max_staleness' has bad value 2"),
+        (
+            ["orchestration.generation_devices=[0,1]", "orchestration.training_devices=[1,2]"],
+            "orchestration.generation_devices [0, 1] and training_devices [1, 2] must be disjoint",
+        ),
     ],
 )
 def test_bad_overrides_fail_with_one_line(overrides: list[str], fragment: str) -> None:

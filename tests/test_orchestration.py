@@ -172,10 +172,78 @@ def test_a_generation_expands_into_k_steps_each_playing_the_weights_the_step_bef
     assert by_name["score"].inputs[-1] == "rollout-s0" and by_name["evaluate"].inputs == ("train-s2",)
     # The designer's reward needs every step's plays: it follows the last rollout.
     assert by_name["reward"].inputs[-1] == "rollout-s2"
-    assert by_name["design"].previous == ("memory", "train-s2")  # the last step of generation g - 1
-    # Generation g's first step trains generation g - 1's designs (D = K): it needs their reward.
+    # Asynchronous generations (the default): the design chain needs generation g - 1's memory, not its
+    # last update (it takes the newest checkpoint when it starts) ...
+    assert by_name["design"].previous == ("memory",) and by_name["pool"].previous == ("memory",)
+    # ... and generation g's first step trains generation g - 1's designs (D = K): it needs their reward.
     assert by_name["train-s0"].previous == ("reward",)
-    assert previous_names(cfg) == {"memory", "train-s2", "reward"}
+    assert previous_names(cfg) == {"memory", "reward"}
+    synchronous = load_config(
+        "tiny", overrides=["training.steps_per_generation=3", "orchestration.async_generations=false"]
+    )
+    sync = {s.name: s for s in instances(synchronous, 2)}
+    assert sync["design"].previous == ("memory", "train-s2")  # the last step of generation g - 1
+    assert previous_names(synchronous) == {"memory", "train-s2", "reward"}
+
+
+def test_with_max_staleness_one_a_steps_plays_wait_for_the_update_before_the_previous_one() -> None:
+    from spade_core.pipeline.registry import chain_for
+    from spade_core.pipeline.registry import stages_for as instances
+    from spade_core.pipeline.stage import target_step
+
+    cfg = load_config("tiny", overrides=["training.steps_per_generation=3", "orchestration.max_staleness=1"])
+    by_name = {s.name: s for s in instances(cfg, 2)}
+    assert by_name["rollout-s0"].inputs == ("pool", "hint")
+    assert by_name["rollout-s1"].inputs == ("pool", "hint", "rollout-s0")  # beside train-s0
+    assert by_name["rollout-s2"].inputs == ("pool", "hint", "train-s0", "rollout-s1")  # beside train-s1
+    assert by_name["train-s2"].inputs == ("memory", "rollout-s2", "score", "train-s1")  # the update never lags
+    # Generation 2 starts at global step 3: its plays use checkpoints 3, 3, 4; its updates train 3, 4, 5.
+    assert [target_step(cfg, 2, by_name[f"rollout-s{k}"]) for k in range(3)] == [3, 3, 4]
+    assert [target_step(cfg, 2, by_name[f"train-s{k}"]) for k in range(3)] == [3, 4, 5]
+    assert [s.name for s in chain_for(cfg, 2)] == ["documents", "design", "validate", "pool", "hint"]
+
+
+def test_the_schedule_runs_a_stage_once_its_inputs_are_done_and_raises_the_first_failure() -> None:
+    import threading
+
+    from spade_core.pipeline.schedule import run_stages
+    from spade_core.pipeline.stage import Stage, always
+
+    stages = [
+        Stage("a", always),
+        Stage("b", always, ("a",)),
+        Stage("c", always, ("a",)),
+        Stage("d", always, ("b", "c")),
+    ]
+    both = threading.Barrier(2, timeout=10)  # b and c can only pass it together: they must run at once
+    order: list[str] = []
+
+    def run_one(stage: Stage) -> StageRecord:
+        if stage.name in ("b", "c"):
+            both.wait()
+        order.append(stage.name)
+        return StageRecord(stage=stage.name, run_id="r", gen=1, artifact_hash="h", digest=stage.name)
+
+    records = run_stages(stages, run_one, {}, concurrent=True)
+    assert set(records) == set(order) and order[0] == "a" and order[-1] == "d" and set(order[1:3]) == {"b", "c"}
+    seen: list[str] = []
+
+    def plain(stage: Stage) -> StageRecord:
+        seen.append(stage.name)
+        return StageRecord(stage=stage.name, run_id="r", gen=1, artifact_hash="h", digest=stage.name)
+
+    run_stages([stages[0], stages[3], stages[1], stages[2]], plain, {}, concurrent=False)
+    assert seen == ["a", "d", "b", "c"]  # sequential: the list's order (the registry's is a valid one)
+
+    def fail_c(stage: Stage) -> StageRecord:
+        if stage.name == "c":
+            raise ValueError("c broke")
+        return StageRecord(stage=stage.name, run_id="r", gen=1, artifact_hash="h", digest=stage.name)
+
+    done: dict[str, StageRecord] = {}
+    with pytest.raises(ValueError, match="c broke"):
+        run_stages(stages, fail_c, done, concurrent=True)
+    assert set(done) == {"a", "b"}  # d never started
 
 
 def test_stage_tasks_never_use_prefects_cache_and_retry_only_model_and_io_stages() -> None:

@@ -60,6 +60,7 @@ STAGES: tuple[Stage, ...] = (
         shard_by="pool",
         per_step=True,
         carry=("train",),
+        may_lag=True,
     ),
     Stage("score", score.run, ("design", "validate", "novelty", "pool", "hint", "rollout")),
     Stage("memory", memory.run, ("score",)),
@@ -83,17 +84,35 @@ if {s.name for s in STAGES if s.per_step} != set(STEP_STAGES):
     raise RuntimeError(f"per-step stages {sorted(s.name for s in STAGES if s.per_step)} != names.STEP_STAGES")
 
 
-def _instance(stage: Stage, step: int | None, last: int) -> Stage:
-    """``stage`` in step ``step`` (None: outside the step block, where per-step inputs mean the last step)."""
+# What the design chain (the stages before the steps) of generation g stops waiting for when generations
+# overlap: the previous generation's last update. It then uses the newest checkpoint at its start instead.
+ASYNC_RELEASED = ("train",)
+
+
+def _instance(stage: Stage, step: int | None, last: int, cfg: SpadeConfig, chain: bool) -> Stage:
+    """``stage`` in step ``step`` (None: outside the step block, where per-step inputs mean the last step).
+
+    A stage that may lag (the rollout, with ``orchestration.max_staleness`` s > 0) in step ``k`` waits for
+    step ``k - 1 - s``'s update instead of step ``k - 1``'s, and for its own previous instance (plays keep
+    their order). ``chain``: a stage before the steps, which with ``orchestration.async_generations`` does
+    not wait for the previous generation's training (:data:`ASYNC_RELEASED`).
+    """
     at = step if step is not None else last
     inputs = tuple(instance_name(x, at) for x in stage.inputs)
+    lag = cfg.orchestration.max_staleness if stage.may_lag else 0
     if stage.per_step and step:
-        inputs += tuple(instance_name(x, step - 1) for x in stage.carry)
+        if step - 1 - lag >= 0:
+            inputs += tuple(instance_name(x, step - 1 - lag) for x in stage.carry)
+        if lag:
+            inputs += (instance_name(stage.name, step - 1),)
+    previous = stage.previous
+    if chain and cfg.orchestration.async_generations:
+        previous = tuple(x for x in previous if x not in ASYNC_RELEASED)
     return dataclasses.replace(
         stage,
         name=instance_name(stage.name, step),
         inputs=inputs,
-        previous=tuple(instance_name(x, last) for x in stage.previous),
+        previous=tuple(instance_name(x, last) for x in previous),
         step=step,
     )
 
@@ -104,18 +123,26 @@ def stages_for(cfg: SpadeConfig, gen: int) -> list[Stage]:
     stepped = [i for i, s in enumerate(applying) if s.per_step]
     last = cfg.training.steps_per_generation - 1
     if not stepped:
-        return [_instance(s, None, last) for s in applying]
+        return [_instance(s, None, last, cfg, False) for s in applying]
     first, end = stepped[0], stepped[-1] + 1
-    out = [_instance(s, None, last) for s in applying[:first]]
+    out = [_instance(s, None, last, cfg, True) for s in applying[:first]]
     for k in range(last + 1):
-        out += [_instance(s, k, last) for s in applying[first:end] if s.per_step or k == 0]
-    return out + [_instance(s, None, last) for s in applying[end:]]
+        out += [_instance(s, k, last, cfg, False) for s in applying[first:end] if s.per_step or k == 0]
+    return out + [_instance(s, None, last, cfg, False) for s in applying[end:]]
 
 
-def previous_names(cfg: SpadeConfig) -> set[str]:
+def chain_for(cfg: SpadeConfig, gen: int) -> list[Stage]:
+    """The design chain of generation ``gen``: its stage instances before the first step (documents, design,
+    validate, novelty, pool, hint); with ``orchestration.async_generations`` they run while generation
+    ``gen - 1`` trains."""
+    stages = stages_for(cfg, gen)
+    first = next((i for i, s in enumerate(stages) if s.step is not None), len(stages))
+    return stages[:first]
+
+
+def previous_names(cfg: SpadeConfig, gen: int = 2) -> set[str]:
     """The instance names of generation ``gen - 1``'s stages that some stage of ``gen`` depends on."""
-    last = cfg.training.steps_per_generation - 1
-    return {instance_name(name, last) for s in STAGES for name in s.previous}
+    return {name for s in stages_for(cfg, gen) for name in s.previous}
 
 
 def stage(name: str, cfg: SpadeConfig | None = None, gen: int = 1) -> Stage:
