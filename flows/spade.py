@@ -11,18 +11,25 @@ artifacts is refused (use a new run id).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 
-from flows.generation import generation
+from flows.generation import design_chain, generation
 from flows.runners import task_runner_for
 from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config
+from spade_core.devices import use_generation_devices
+from spade_core.pipeline.markers import read_marker
 from spade_core.progress import bind_run_config, generation_complete, load_run_config, next_generation
 from spade_core.store import Store
 
 DEFAULT_PRESET = "tiny"
+MEMORY_POLL_S = 1.0  # how often spade-run looks for a generation's memory marker (asynchronous generations)
 
 
 def resolve_run_config(
@@ -43,9 +50,67 @@ def resolve_run_config(
 
 def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, Any]:
     """The ``spade-generation`` subflow of ``gen`` under the run's task runner."""
+    use_generation_devices(cfg)
     runner = task_runner_for(cfg)
     sub = generation.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}")
     return sub(cfg.model_dump(mode="json"), run_id, gen)
+
+
+def run_design_chain_flow(cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, Any]:
+    """The ``spade-design-chain`` subflow of ``gen`` (its documents … hint) under the run's task runner."""
+    use_generation_devices(cfg)
+    runner = task_runner_for(cfg)
+    sub = design_chain.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}-design")
+    return sub(cfg.model_dump(mode="json"), run_id, gen)
+
+
+def _in_thread(pool: ThreadPoolExecutor, fn: Any, *args: Any) -> Future[Any]:
+    """``fn(*args)`` on a thread of ``pool``, in a copy of this context: a subflow it calls is a child of
+    this flow run."""
+    return pool.submit(contextvars.copy_context().run, fn, *args)
+
+
+def _memory_written(store: Store, run_id: str, gen: int, current: Future[Any]) -> bool:
+    """Wait until generation ``gen`` has written its memory (True) or its flow run ended without it."""
+    while not current.done():
+        if read_marker(store, run_id, gen, "memory") is not None:
+            return True
+        time.sleep(MEMORY_POLL_S)
+    return read_marker(store, run_id, gen, "memory") is not None
+
+
+def overlapped_generations(cfg: SpadeConfig, store: Store, run_id: str, gens: list[int]) -> list[dict[str, Any]]:
+    """Generations ``gens`` (in order) with each next one's design chain running beside (docs/DESIGN.md §10).
+
+    Generation g runs on one thread; once its memory marker is in the store (step 0's plays are scored),
+    generation g+1's design chain starts on another, on the newest checkpoint at that moment. Generation
+    g+1's own flow run starts after g's ends and after the chain is joined: its chain stages are then
+    reused from their markers. A failure in either is raised (the store keeps what finished).
+    """
+    logger = get_run_logger()
+    summaries: list[dict[str, Any]] = []
+    ahead: Future[Any] | None = None
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="generation") as pool:
+        for i, gen in enumerate(gens):
+            if ahead is not None:  # this generation's chain, run ahead: joined before its first step
+                ahead.result()
+                ahead = None
+            current = _in_thread(pool, run_generation_flow, cfg, run_id, gen)
+            following = gens[i + 1] if i + 1 < len(gens) else None
+            if following is not None and _memory_written(store, run_id, gen, current):
+                logger.info("run %s: generation %d's design chain starts beside generation %d", run_id, following, gen)
+                ahead = _in_thread(pool, run_design_chain_flow, cfg, run_id, following)
+            try:
+                summaries.append(current.result())
+            except BaseException:
+                if ahead is not None:
+                    ahead.cancel()
+                    with contextlib.suppress(BaseException):
+                        ahead.result()
+                raise
+        if ahead is not None:
+            ahead.result()
+    return summaries
 
 
 @flow(name="spade", log_prints=True)
@@ -76,18 +141,22 @@ def spade_run(
     overrides: list[str] | None = None,
     store: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Generations 1..``generations`` of a run; complete ones are skipped, an incomplete one is finished."""
+    """Generations 1..``generations`` of a run; complete ones are skipped, an incomplete one is finished.
+    With ``orchestration.async_generations`` each next generation's design chain runs beside the current
+    generation's training steps."""
     cfg = resolve_run_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
     bind_run_config(st, run_id, cfg)
     logger = get_run_logger()
-    summaries = []
+    todo = []
     for gen in range(1, generations + 1):
         if generation_complete(st, cfg, run_id, gen):
             logger.info("run %s generation %d is complete: skipped", run_id, gen)
-            continue
-        summaries.append(run_generation_flow(cfg, run_id, gen))
-    return summaries
+        else:
+            todo.append(gen)
+    if cfg.orchestration.async_generations:
+        return overlapped_generations(cfg, st, run_id, todo)
+    return [run_generation_flow(cfg, run_id, gen) for gen in todo]
 
 
 @flow(name="spade-eval", log_prints=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_core.checkpoints import first_step, read_marker
+from spade_core.devices import training_env
 from spade_core.resources import data_dir
 from spade_core.store import Store
 
@@ -106,6 +107,8 @@ def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int, step: 
     acc = accelerate_config_path(cfg.training.accelerate_config)
     if acc is not None:
         launch += ["--config_file", str(acc)]
+        if cfg.orchestration.training_devices is not None:  # one process per training device
+            launch += ["--num_processes", str(len(cfg.orchestration.training_devices))]
     else:
         import torch
 
@@ -137,7 +140,7 @@ def launch_training(
         config_file = os.path.join(tmp, "config.yaml")  # every process of the launch reads it
         Path(config_file).write_text(cfg.to_yaml())
         cmd = accelerate_command(cfg, config_file, run_id, gen, step)
-        env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false", **training_env(cfg)}
         with subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
         ) as proc:
