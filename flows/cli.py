@@ -28,6 +28,7 @@ from spade_core.progress import (
     RunConfigMismatch,
     bind_run_config,
     generation_complete,
+    generation_phase,
     generation_summary,
     list_markers,
     load_run_config,
@@ -225,8 +226,10 @@ def status(
     for g in sorted(set(states) | {gen}):
         row = states.get(g) or dict.fromkeys(stages_for(cfg, g), "todo")
         verdict = "complete" if generation_complete(st, cfg, run_id, g) else "incomplete"
+        phase = generation_phase(cfg, g, row)
+        where = "" if phase in ("complete", "not started") else f" [{phase}]"
         cells = "  ".join(f"{s}:{'✓' if v == 'done' else '·' if v == 'todo' else v}" for s, v in row.items())
-        typer.echo(f"gen {g} {verdict:<10} {cells}")
+        typer.echo(f"gen {g} {verdict:<10}{where} {cells}")
     hint = f"spade resume {run_id}" if gen in states else f"spade run --run-id {run_id} --generations {gen}"
     typer.echo(f"next: generation {gen}  ({hint})")
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from spade_core.config import SpadeConfig, load_config_text
 from spade_core.pipeline.markers import StageRecord, artifact_hash, bound_settings, list_markers
+from spade_core.pipeline.names import STEP_STAGES, instance_name
+from spade_core.pipeline.registry import chain_for
 from spade_core.pipeline.registry import stages_for as _stages_for
 from spade_core.pipeline.verdicts import final_verdicts
 from spade_core.store import Store
@@ -56,6 +58,25 @@ def run_status(store: Store, cfg: SpadeConfig, run_id: str) -> dict[int, dict[st
     """Stage states of every generation the run has started, in order."""
     markers = list_markers(store, run_id)
     return {g: _stage_states(cfg, g, markers[g]) for g in sorted(markers)}
+
+
+def generation_phase(cfg: SpadeConfig, gen: int, states: dict[str, str]) -> str:
+    """Where a generation is, from its stage states: ``complete``, ``not started``, ``design chain i/n``
+    (the stages before the steps; with asynchronous generations they run beside the previous generation's
+    training), ``step k/K`` (the first step not done) or ``finishing`` (the stages after the steps)."""
+    if all(v == "done" for v in states.values()):
+        return "complete"
+    if all(v == "todo" for v in states.values()):
+        return "not started"
+    chain = [s.name for s in chain_for(cfg, gen)]
+    done = sum(states.get(name) == "done" for name in chain)
+    if done < len(chain):
+        return f"design chain {done}/{len(chain)}"
+    k = cfg.training.steps_per_generation
+    for step in range(k):
+        if any(states.get(instance_name(x, step), "done") != "done" for x in STEP_STAGES):
+            return f"step {step + 1}/{k}"
+    return "finishing"
 
 
 def next_generation(store: Store, cfg: SpadeConfig, run_id: str) -> int:

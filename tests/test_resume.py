@@ -173,3 +173,111 @@ def test_kill_mid_rollouts_then_resume_on_the_local_store(tmp_path: Path) -> Non
 
 def test_kill_mid_rollouts_then_resume_on_s3(tmp_path: Path, s3_bucket: str, s3_endpoint: str) -> None:
     kill_and_resume(tmp_path, s3_bucket, s3_endpoint)
+
+
+def kill_with_two_generations_in_flight(
+    cmd: list[str], env: dict[str, str], store: Store, run_id: str, log: Path
+) -> dict[str, bytes]:
+    """Start ``cmd``; SIGKILL its process group once generation 2's design chain has finished a stage while
+    generation 1 is still in its steps. Returns every marker in the store at the kill, by path."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    killed = False
+    try:
+        deadline = time.monotonic() + 1200
+        while time.monotonic() < deadline and proc.poll() is None and not killed:
+            if read_marker(store, run_id, 2, "documents") is not None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+            time.sleep(0.05)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"the flow ended before the kill:\n{log.read_text()[-3000:]}"
+    for _ in range(100):
+        if not subprocess.run(["ps", "-u", "65534", "-o", "pid="], capture_output=True, text=True).stdout.strip():
+            break
+        time.sleep(0.1)
+    paths = store.fs.glob(f"{store.run_dir(run_id)}/gen=*/stages/*.json")
+    return {p: store.fs.cat_file(p) for p in paths}
+
+
+def async_kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None) -> None:
+    """Two generations in flight (generation 2's design chain beside generation 1's steps), SIGKILL, then
+    ``spade resume`` and the same ``spade run`` again: nothing lost, nothing duplicated, every stage that
+    had finished (of both generations) reused, never redone."""
+    run_id = "overlap"
+    env = spade_env(tmp_path, {"AWS_ENDPOINT_URL": endpoint} if endpoint else None)
+    store = Store(root, endpoint_url=endpoint)
+    # Three steps keep generation 1 busy while generation 2's chain starts (training is off: steps are plays).
+    overrides = [*OVERRIDES[:-1], "training.steps_per_generation=3", "orchestration.async_generations=true"]
+    run = [
+        "run",
+        "--run-id",
+        run_id,
+        "--store",
+        root,
+        "--generations",
+        "2",
+        *[a for o in overrides for a in ("--set", o)],
+    ]
+    before = kill_with_two_generations_in_flight(spade_command(*run), env, store, run_id, tmp_path / "killed.log")
+    gen1_done = {p.rsplit("/", 1)[-1].removesuffix(".json") for p in before if "/gen=1/" in p}
+    assert "memory" in gen1_done and "reward" not in gen1_done, sorted(gen1_done)  # generation 1 in its steps
+
+    status = subprocess.run(
+        spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert "gen 1 incomplete [step" in status.stdout and "gen 2 incomplete [design chain" in status.stdout, (
+        status.stdout
+    )
+
+    resumed = subprocess.run(
+        spade_command("resume", run_id, "--store", root, "--json"), cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=1200,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    again = subprocess.run(
+        spade_command(*run, "--json"), cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    (gen2,) = json.loads(again.stdout.strip().splitlines()[-1])  # generation 1 was complete: skipped
+    stages = {s["stage"]: s for s in gen2["stages"]}
+    assert stages["documents"]["status"] == "reused"
+    # Every marker written before the kill is untouched: no finished stage or step of either generation ran again.
+    for path, content in before.items():
+        assert store.fs.cat_file(path) == content, path
+    for gen in (1, 2):
+        for table, key in IDS.items():
+            rows = query(
+                store,
+                f"select count(*) as n, count(distinct {key}) as ids from {table} where run_id = ? and gen = ?",
+                [run_id, gen],
+            ).iloc[0]
+            assert rows.n == rows.ids > 0, f"gen {gen} {table}: {rows.n} rows for {rows.ids} ids"
+        played = query(
+            store, "select count(*) as n, count(distinct env_id) as envs from episodes where run_id = ? and gen = ?",
+            [run_id, gen],
+        ).iloc[0]  # fmt: skip
+        # Step 0: 2 no-hint + 2 hinted plays per environment; steps 1 and 2: 2 no-hint plays each.
+        assert played.n == 8 * played.envs, f"gen {gen}: {played.n} plays of {played.envs} environments"
+    # The chain of generation 2 ran on the newest checkpoint at its start: recorded on its rows.
+    steps = query(store, "select distinct policy_step from designs where run_id = ? and gen = 2", [run_id])
+    assert set(steps["policy_step"]) <= {0, 1, 2, 3}
+    final = subprocess.run(
+        spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert "gen 1 complete" in final.stdout and "gen 2 complete" in final.stdout, final.stdout
+
+
+def test_kill_with_two_generations_in_flight_then_resume_on_the_local_store(tmp_path: Path) -> None:
+    async_kill_and_resume(tmp_path, str(tmp_path / "store"))
+
+
+def test_kill_with_two_generations_in_flight_then_resume_on_s3(
+    tmp_path: Path, s3_bucket: str, s3_endpoint: str
+) -> None:
+    async_kill_and_resume(tmp_path, s3_bucket, s3_endpoint)
