@@ -17,15 +17,17 @@ from typer.testing import CliRunner
 
 from spade_core.cli.report_cmd import report
 from spade_core.config import load_config
+from spade_core.pipeline.markers import StageRecord, write_marker
 from spade_core.report import load_run, write_report
 from spade_core.report.data import learning_curve_table, steps_per_generation
 from spade_core.report.plots import generation_boundaries
 from spade_core.schemas import SCHEMAS
 from spade_core.store import Store
+from spade_core.timeline import overlap_fraction, saved_seconds_with_own_devices
 
 CHROMIUM = Path("/usr/bin/chromium")
 HOSTILE = "</pre><script>alert(1)</script>"
-FIGURES = ("funnel", "win_rate", "regret", "designer_reward", "learning_curve", "training", "evals")
+FIGURES = ("funnel", "win_rate", "regret", "designer_reward", "learning_curve", "training", "timeline", "evals")
 SECTIONS = [
     "Run",
     "Validation funnel",
@@ -33,6 +35,7 @@ SECTIONS = [
     "Designer reward",
     "Learning curve",
     "Training",
+    "Timeline",
     "Evaluation",
     "Top environments by regret",
     "Configuration",
@@ -245,6 +248,67 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
     _evals(store, run_id, gen, 0.5 + 0.1 * gen)
 
 
+# Stage markers of spade-1 (gen, stage, shard, start, end in seconds after T0). Gen 1 trains 500-800 and
+# 860-1160, gen 2 1300-1600 and 1660-1960: 1200 s in all. Gen 2's design chain runs 560-980 (420 s) while
+# gen 1 plays and trains: 560-800 and 860-980 overlap gen 1's training, 360 s, so the overlap fraction is
+# 360 / 1200 = 30 %; own devices would save min(420, 600) + min(0, 600) = 420 s. Validate is sharded: its
+# whole marker takes no time and its row spans its shards.
+STAGE_TIMES = [
+    (1, "documents", None, 0, 60),
+    (1, "design", None, 60, 180),
+    (1, "validate", 0, 180, 240),
+    (1, "validate", 1, 185, 270),
+    (1, "validate", None, 270, 270),
+    (1, "pool", None, 270, 300),
+    (1, "hint", None, 300, 360),
+    (1, "rollout-s0", None, 360, 480),
+    (1, "score", None, 480, 490),
+    (1, "memory", None, 490, 500),
+    (1, "train-s0", None, 500, 800),
+    (1, "rollout-s1", None, 800, 860),
+    (1, "train-s1", None, 860, 1160),
+    (1, "reward", None, 1160, 1170),
+    (2, "documents", None, 560, 620),
+    (2, "design", None, 620, 800),
+    (2, "validate", None, 800, 900),
+    (2, "pool", None, 900, 920),
+    (2, "hint", None, 920, 980),
+    (2, "rollout-s0", None, 1170, 1290),
+    (2, "score", None, 1290, 1295),
+    (2, "memory", None, 1295, 1300),
+    (2, "train-s0", None, 1300, 1600),
+    (2, "rollout-s1", None, 1600, 1660),
+    (2, "train-s1", None, 1660, 1960),
+    (2, "reward", None, 1960, 1970),
+    (2, "evaluate", None, 1970, 2100),
+]
+T0 = pd.Timestamp("2026-12-03T09:00:00Z")
+
+
+def _stamp(seconds: float, ms: bool = False) -> str:
+    """T0 + ``seconds`` as a marker writes it: ``started_at`` to the millisecond, ``finished_at`` to the second."""
+    moment = T0 + pd.Timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:23] + "Z" if ms else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stage_markers(store: Store, run_id: str) -> None:
+    """The run's stage markers at :data:`STAGE_TIMES`; gen 1's are old ones, without ``started_at``."""
+    for gen, stage, shard, start, end in STAGE_TIMES:
+        started = {} if gen == 1 else {"started_at": _stamp(start, ms=True)}
+        record = StageRecord(
+            stage=stage,
+            shard=shard,
+            run_id=run_id,
+            gen=gen,
+            artifact_hash="a",
+            digest="d",
+            seconds=end - start,
+            finished_at=_stamp(end),
+            **started,
+        )
+        write_marker(store, record)
+
+
 def _baseline_generation(store: Store, run_id: str, gen: int) -> None:
     """A fixed-pool generation: no designs, every played environment scored without a design id."""
     rows = [
@@ -265,6 +329,7 @@ def fill(store: Store, run_id: str = "spade-1", hostile: bool = True, baseline: 
     _evals(store, run_id, 0, 0.5)  # gen 0 = the base model
     for gen in (1, 2):
         _spade_generation(store, run_id, gen, hostile)
+    _stage_markers(store, run_id)
     if baseline:
         _config(store, baseline, ["designer.fixed_pool=seeds"])
         for gen in (1, 2):
@@ -461,6 +526,31 @@ def test_designer_reward_shows_mean_and_spread_per_generation(rendered: tuple[Pa
 # -- without a browser -------------------------------------------------------------------------------------
 
 
+def test_timeline_shows_the_next_design_chain_over_training(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False, baseline=None)
+    data = load_run(store, "spade-1")
+    timeline = data.timeline
+    assert len(timeline) == len([t for t in STAGE_TIMES if t[2] is None])  # whole stages only
+    validate = timeline[(timeline["gen"] == 1) & (timeline["stage"] == "validate")].iloc[0]
+    assert (validate["start"], validate["end"]) == (180.0, 270.0)  # spans its shards
+    assert overlap_fraction(timeline) == pytest.approx(0.3)
+    assert saved_seconds_with_own_devices(timeline) == pytest.approx(420.0)
+    out = tmp_path / "out"
+    section = _section(write_report(store, "spade-1", out_dir=out).read_text(), "timeline")
+    assert 'id="fig-timeline"' in section
+    assert "design chain ran during 30.0% of the run's training-step wall time" in section
+    assert "save about 420.0 s (7.0 min)" in section
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", section)[1:]]
+    assert cells == [["1", "360.0", "600.0", "360.0"], ["2", "420.0", "600.0", "0.0"]]
+    with Image.open(out / "timeline.png") as img:
+        assert img.format == "PNG" and img.size[0] > 100
+        rgb = img.convert("RGB")
+        colours = {c for _, c in rgb.getcolors(maxcolors=1 << 20)}
+    # bars in each kind's colour: design chain (tab:orange), rollout (tab:blue), train (tab:green)
+    assert {(255, 127, 14), (31, 119, 180), (44, 160, 44)} <= colours
+
+
 def test_given_baseline_is_compared_and_unknown_baseline_is_an_error(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
     fill(store, baseline=None)
@@ -567,7 +657,16 @@ def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
     (out / "training.png").write_bytes(b"stale")  # a figure of an earlier report must not linger
     page = write_report(store, "young", out_dir=out).read_text()
     assert "fig-funnel" in _section(page, "funnel")
-    for anchor in ("scores", "designer-reward", "learning-curve", "training", "evals", "top-envs", "config"):
+    for anchor in (
+        "scores",
+        "designer-reward",
+        "learning-curve",
+        "training",
+        "timeline",
+        "evals",
+        "top-envs",
+        "config",
+    ):
         assert "no data yet" in _section(page, anchor), anchor
     assert sorted(p.name for p in out.iterdir()) == ["funnel.png", "index.html"]
 

@@ -2,7 +2,8 @@
 
 Per generation: the validation funnel, win-rate and regret distributions, the designer reward (mean,
 spread and range); per global step: the learning curve (no-hint win rate per skill and pool source, with
-generation boundaries); training loss and reward per role, eval scores against the base model and a
+generation boundaries); training loss and reward per role, the stage timeline (how far generation g+1's
+design chain overlapped generation g's training), eval scores against the base model and a
 fixed-environment baseline run, the top environments by regret with their code, and the run's stored
 config.
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from spade_core.report import page, plots
 from spade_core.report.data import ReportError, RunData, list_runs, load_run
 from spade_core.store import Store
+from spade_core.timeline import overlap_fraction, train_seconds
 
 __all__ = ["ReportError", "RunData", "default_out_dir", "figures", "list_runs", "load_run", "write_report"]
 
@@ -43,6 +45,9 @@ def figures(data: RunData) -> dict[str, bytes | None]:
         "designer_reward": plots.designer_reward(data.designer_reward),
         "learning_curve": plots.learning_curve(data.learning_curve, data.steps_per_generation),
         "training": plots.training(data.train),
+        "timeline": plots.timeline(
+            data.timeline, overlap_fraction(data.timeline) if train_seconds(data.timeline) else None
+        ),
         "evals": plots.evals(data.evals, data.run_id, data.baseline.run_id if data.baseline else None),
     }
 

@@ -27,6 +27,9 @@ Definitions (docs/DESIGN.md §7):
   ``evals.score``. Generation 0 is the base model.
 - Times come from the store's file modification times (the tables carry no timestamps): when the run's
   first and last artifacts were written.
+- **timeline**: one row per stage of each generation, placed in time by its completion marker
+  (``runs/{run_id}/gen={g}/stages/*.json``; :func:`spade_core.timeline.stage_timeline`): start and end in
+  seconds since the run's first stage started.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ import yaml
 
 from sandbox.outcome import ENV_ERROR_TYPES
 from spade_core.catalog import connect
+from spade_core.pipeline.markers import list_markers
 from spade_core.store import Store, StoreError
+from spade_core.timeline import stage_timeline
 
 
 class ReportError(StoreError):
@@ -178,6 +183,7 @@ class RunData:
     top_envs: pd.DataFrame
     learning_curve: pd.DataFrame  # step, gen, level, skill, source, plays, errors, win_rate
     steps_per_generation: int | None  # K, from the stored config or the plays; None without either
+    timeline: pd.DataFrame  # gen, stage, kind, step, start, end, seconds (spade_core.timeline.stage_timeline)
     baseline: Baseline | None = None
     baseline_candidates: list[str] = field(default_factory=list)
 
@@ -321,6 +327,7 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             top_envs=frame(_TOP_ENVS, top=int(top)),
             learning_curve=curve,
             steps_per_generation=steps_per_generation(config, curve),
+            timeline=stage_timeline(list_markers(store, run_id)),
             baseline=chosen,
             baseline_candidates=others,
         )

@@ -32,6 +32,12 @@ _RC: dict[Any, Any] = {
     "font.size": 9,
 }
 _ROLE_COLOURS = {"agent": "tab:blue", "designer": "tab:orange"}
+_KIND_STYLES = {  # timeline stage kind -> (colour, legend label)
+    "chain": ("tab:orange", "design chain (documents → hint)"),
+    "rollout": ("tab:blue", "rollout"),
+    "train": ("tab:green", "train"),
+    "other": ("tab:grey", "score, memory, reward, evaluate"),
+}
 _SOURCE_STYLES = {  # pool source -> (colour, line style)
     "design": ("tab:blue", "-"),
     "replay": ("tab:orange", "--"),
@@ -298,4 +304,55 @@ def evals(frame: pd.DataFrame, run_id: str, baseline_id: str | None) -> bytes | 
             ax.legend(fontsize=7)
         for ax in axes[len(suites) :]:
             ax.set_visible(False)
+    return out[0]
+
+
+def timeline_lanes(frame: pd.DataFrame) -> list[tuple[int, bool]]:
+    """The timeline's lanes, top to bottom: per generation its design chain, then its steps (each only when it
+    has stages), so generation g+1's chain lies right under generation g's training steps.
+
+    >>> timeline_lanes(pd.DataFrame({"gen": [2, 1, 1, 2], "kind": ["chain", "chain", "train", "other"]}))
+    [(1, True), (1, False), (2, True), (2, False)]
+    """
+    present = {(int(g), k == "chain") for g, k in zip(frame["gen"], frame["kind"], strict=True)}
+    return sorted(present, key=lambda lane: (lane[0], not lane[1]))
+
+
+def timeline(frame: pd.DataFrame, overlap: float | None = None) -> bytes | None:
+    """Gantt chart of the run's stages: two lanes per generation (its design chain; its steps and the
+    stages after them), bars coloured by kind, x in minutes since the run's first stage started.
+
+    ``overlap`` (:func:`spade_core.timeline.overlap_fraction`), when given, goes into the title.
+    """
+    if frame.empty:
+        return None
+    lanes = timeline_lanes(frame)
+    row = {lane: i for i, lane in enumerate(lanes)}
+    with _figure(width=9.0, height=max(2.6, 1.3 + 0.38 * len(lanes))) as (fig, out):
+        ax = fig.add_subplot()
+        for kind, (colour, label) in _KIND_STYLES.items():
+            rows = frame[frame["kind"] == kind]
+            if rows.empty:
+                continue
+            for i, (gen, lane_rows) in enumerate(rows.groupby("gen", sort=True)):
+                y = row[(int(gen), kind == "chain")]
+                bars = [(s / 60, w / 60) for s, w in zip(lane_rows["start"], lane_rows["seconds"], strict=True)]
+                ax.broken_barh(
+                    bars,
+                    (y - 0.38, 0.76),
+                    facecolors=colour,
+                    edgecolor="white",
+                    linewidth=0.6,
+                    label=label if i == 0 else None,
+                )
+        ax.set_yticks(range(len(lanes)), [f"gen {g} · {'design chain' if chain else 'steps'}" for g, chain in lanes])
+        ax.set_ylim(len(lanes) - 0.5, -0.5)  # the first generation on top
+        ax.set_xlim(0, max(float(frame["end"].max()) / 60, 1 / 60) * 1.02)
+        ax.grid(axis="y", visible=False)
+        ax.set_xlabel("minutes since the run's first stage started")
+        title = "Stage timeline"
+        if overlap is not None:
+            title += f": the next generation's design chain ran during {overlap:.0%} of the training time"
+        ax.set_title(title)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=4, frameon=False)
     return out[0]
