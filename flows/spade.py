@@ -11,7 +11,6 @@ artifacts is refused (use a new run id).
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -71,12 +70,35 @@ def _in_thread(pool: ThreadPoolExecutor, fn: Any, *args: Any) -> Future[Any]:
 
 
 def _memory_written(store: Store, run_id: str, gen: int, current: Future[Any]) -> bool:
-    """Wait until generation ``gen`` has written its memory (True) or its flow run ended without it."""
+    """Wait until generation ``gen`` has written its memory (True) or its flow run ended without it. A store
+    error while looking is logged and looked past: the generation itself is not affected by it."""
+
+    def written() -> bool:
+        try:
+            return read_marker(store, run_id, gen, "memory") is not None
+        except Exception as exc:
+            get_run_logger().warning("run %s: could not read generation %d's memory marker: %s", run_id, gen, exc)
+            return False
+
     while not current.done():
-        if read_marker(store, run_id, gen, "memory") is not None:
+        if written():
             return True
         time.sleep(MEMORY_POLL_S)
-    return read_marker(store, run_id, gen, "memory") is not None
+    return written()
+
+
+def _join_chain(ahead: Future[Any] | None, run_id: str, gen: int) -> None:
+    """Wait for generation ``gen``'s design chain run ahead. Its failure is logged, not raised: generation
+    ``gen``'s own flow run runs whatever stage of the chain has no marker (and fails there if it must)."""
+    if ahead is None:
+        return
+    try:
+        ahead.result()
+    except Exception as exc:
+        get_run_logger().warning(
+            "run %s: generation %d's design chain, run ahead, failed (%s: %s); its flow run redoes the rest",
+            run_id, gen, type(exc).__name__, exc,
+        )  # fmt: skip
 
 
 def overlapped_generations(cfg: SpadeConfig, store: Store, run_id: str, gens: list[int]) -> list[dict[str, Any]]:
@@ -85,16 +107,16 @@ def overlapped_generations(cfg: SpadeConfig, store: Store, run_id: str, gens: li
     Generation g runs on one thread; once its memory marker is in the store (step 0's plays are scored),
     generation g+1's design chain starts on another, on the newest checkpoint at that moment. Generation
     g+1's own flow run starts after g's ends and after the chain is joined: its chain stages are then
-    reused from their markers. A failure in either is raised (the store keeps what finished).
+    reused from their markers. A failure of generation g is raised once the chain beside it has ended (the
+    store keeps what finished); a failure of the chain is logged and left to g+1's own flow run.
     """
     logger = get_run_logger()
     summaries: list[dict[str, Any]] = []
     ahead: Future[Any] | None = None
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="generation") as pool:
         for i, gen in enumerate(gens):
-            if ahead is not None:  # this generation's chain, run ahead: joined before its first step
-                ahead.result()
-                ahead = None
+            _join_chain(ahead, run_id, gen)  # this generation's chain, run ahead: joined before its first step
+            ahead = None
             current = _in_thread(pool, run_generation_flow, cfg, run_id, gen)
             following = gens[i + 1] if i + 1 < len(gens) else None
             if following is not None and _memory_written(store, run_id, gen, current):
@@ -103,13 +125,8 @@ def overlapped_generations(cfg: SpadeConfig, store: Store, run_id: str, gens: li
             try:
                 summaries.append(current.result())
             except BaseException:
-                if ahead is not None:
-                    ahead.cancel()
-                    with contextlib.suppress(BaseException):
-                        ahead.result()
+                _join_chain(ahead, run_id, following or gen)  # never leave a chain writing behind a failed run
                 raise
-        if ahead is not None:
-            ahead.result()
     return summaries
 
 

@@ -22,38 +22,44 @@ from spade_core.pipeline.stage import GeneratorLease
 from spade_core.store import Store
 
 _LOCK = threading.Lock()
+_CHANGED = threading.Condition(_LOCK)  # notified when a lease ends or a device turn ends
 _LOADED: dict[str, tuple[Generator, threading.Lock | None]] = {}
 _IN_USE: dict[str, int] = {}  # leases currently held, per model
-_TURN = threading.Condition(_LOCK)  # held by the trainer while it has a device the generator shares
-_TRAINING = threading.Event()
+_TURNS = [0]  # stages that have the shared device to themselves (the trainer): no model loads meanwhile
 
 
-def _load(model_cfg: Any) -> tuple[str, Generator, threading.Lock | None]:
-    """The model of ``model_cfg``, loaded once; loading a new one first closes the models no lease holds
-    (an older checkpoint: with overlapping stages two checkpoints may be in use at once, never more)."""
+def _idle(key: str) -> bool:
+    return not _IN_USE.get(key)
+
+
+def _evict(keep: str | None = None) -> list[tuple[Generator, threading.Lock | None]]:
+    """Take every loaded model no lease holds (but ``keep``) out of the cache; the caller closes them."""
+    return [_LOADED.pop(k) for k in list(_LOADED) if k != keep and _idle(k)]
+
+
+def _load(model_cfg: Any, one_at_a_time: bool) -> tuple[str, Generator, threading.Lock | None]:
+    """The model of ``model_cfg``, loaded once. Loading a new one first closes the models no lease holds
+    (an older checkpoint). ``one_at_a_time`` (a GPU): it also waits until no stage holds another model, so
+    two servers never share the device — stages on different checkpoints then take turns."""
     key = model_cfg.model_dump_json()
-    stale: list[tuple[Generator, threading.Lock | None]] = []
     with _LOCK:
-        _TURN.wait_for(lambda: not _TRAINING.is_set())  # the trainer has the shared device: wait for it
+        _CHANGED.wait_for(lambda: _TURNS[0] == 0)  # the trainer has the shared device: wait for it
+        if one_at_a_time:
+            _CHANGED.wait_for(lambda: _TURNS[0] == 0 and all(_idle(k) for k in _LOADED if k != key))
         if key not in _LOADED:
             from spade_core.llm import make_generator
 
-            stale = [_LOADED.pop(k) for k in list(_LOADED) if not _IN_USE.get(k)]
+            _close(_evict(keep=key))  # idle: nobody waits on their locks
             in_process = model_cfg.backend == "transformers"
             _LOADED[key] = (make_generator(model_cfg), threading.Lock() if in_process else None)
         _IN_USE[key] = _IN_USE.get(key, 0) + 1
         generator, exclusive = _LOADED[key]
-    _close(stale)
     return key, generator, exclusive
 
 
 def _close(held: list[tuple[Generator, threading.Lock | None]]) -> None:
-    for generator, exclusive in held:
-        if exclusive is not None:
-            with exclusive:  # wait for a stage still using it
-                generator.close()
-        else:
-            generator.close()
+    for generator, _exclusive in held:
+        generator.close()
     if held:
         import gc
 
@@ -61,8 +67,8 @@ def _close(held: list[tuple[Generator, threading.Lock | None]]) -> None:
 
 
 @contextlib.contextmanager
-def _leased(model_cfg: Any) -> Iterator[Generator]:
-    key, generator, exclusive = _load(model_cfg)
+def _leased(model_cfg: Any, one_at_a_time: bool) -> Iterator[Generator]:
+    key, generator, exclusive = _load(model_cfg, one_at_a_time)
     try:
         if exclusive is None:
             yield generator
@@ -72,26 +78,28 @@ def _leased(model_cfg: Any) -> Iterator[Generator]:
     finally:
         with _LOCK:
             _IN_USE[key] -= 1
+            _CHANGED.notify_all()
 
 
 def lease_for(cfg: Any, store: Store, run_id: str, step: int) -> GeneratorLease:
     """The lease of the model global step ``step`` plays with: checkpoint ``step`` (nothing is resolved
-    until it is used)."""
+    until it is used). On a GPU one model is loaded at a time."""
 
     def lease() -> contextlib.AbstractContextManager[Generator]:
         from spade_core.checkpoints import model_cfg_for_step
 
-        return _leased(model_cfg_for_step(cfg, store, run_id, step))
+        return _leased(model_cfg_for_step(cfg, store, run_id, step), cfg.model.device != "cpu")
 
     return lease
 
 
 def release_models(wait: bool = True) -> int:
-    """Close the models this process holds: all of them, waiting for stages still using one (``wait``), or
-    only those no stage holds. Returns how many were closed."""
+    """Close the models this process holds: all of them once no stage uses one (``wait``), or only those no
+    stage holds now. Returns how many were closed."""
     with _LOCK:
-        keys = [k for k in _LOADED if wait or not _IN_USE.get(k)]
-        held = [_LOADED.pop(k) for k in keys]
+        if wait:
+            _CHANGED.wait_for(lambda: all(_idle(k) for k in _LOADED))
+        held = _evict()
     _close(held)
     return len(held)
 
@@ -100,21 +108,21 @@ def release_models(wait: bool = True) -> int:
 def device_turn(shared: bool) -> Iterator[None]:
     """Around a stage that needs the machine to itself (the trainer, the evaluator).
 
-    ``shared`` (the generator and the trainer share a GPU): every model is closed, waiting for a stage that
-    uses one, and no model loads until the stage ends — the two take turns, and the generator is restarted
-    (reloaded) afterwards. Otherwise (CPU, or separate devices) only idle models are closed, so that a stage
-    of the next generation running beside keeps its model and its progress.
+    ``shared`` (the generator and the trainer share a GPU): no model loads from now until the stage ends;
+    the stages holding one finish first, then every model is closed — the two take turns, and the
+    generator is reloaded (a vLLM server restarted) afterwards. Otherwise (CPU, or separate devices) only
+    idle models are closed, so that a stage of the next generation running beside keeps its model.
     """
     if not shared:
         release_models(wait=False)
         yield
         return
     with _LOCK:
-        _TRAINING.set()
+        _TURNS[0] += 1
     try:
         release_models(wait=True)
         yield
     finally:
         with _LOCK:
-            _TRAINING.clear()
-            _TURN.notify_all()
+            _TURNS[0] -= 1
+            _CHANGED.notify_all()
