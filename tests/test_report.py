@@ -244,6 +244,13 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
     store.write_table("validations", pd.DataFrame(validations), run_id=run_id, gen=gen, stage="validate")
     store.write_table("env_scores", pd.DataFrame(scores), run_id=run_id, gen=gen, stage="score")
     store.write_table("memory", pd.DataFrame(memory), run_id=run_id, gen=gen, stage="memory")
+    rewards = [  # the reward stage's: the first design dropped (raw < 0), the others kept
+        {"design_id": s["design_id"], "env_id": s["env_id"], "skill": s["skill"], "window_win_rate": 0.5}
+        | {"regret": s["regret"], "raw": -0.1 if i == 0 else 0.2 * i, "dropped": i == 0, "scale": 2.0}
+        | {"centred": None if i == 0 else 0.1 * i, "reward": None if i == 0 else 0.2 * i, "train_step": gen * 2}
+        for i, s in enumerate(scores[:-1])
+    ]
+    store.write_table("designer_rewards", pd.DataFrame(rewards), run_id=run_id, gen=gen, stage="reward")
     _train(store, run_id, gen, ("agent", "designer"))
     _evals(store, run_id, gen, 0.5 + 0.1 * gen)
 
@@ -515,10 +522,11 @@ def test_learning_curve_section_has_the_per_step_table(rendered: tuple[Path, str
 def test_designer_reward_shows_mean_and_spread_per_generation(rendered: tuple[Path, str, dict]) -> None:
     _, page, _ = rendered
     section = _section(page, "designer-reward")
-    # gen 1: valid designs 0.3, 0.5, 0.7 and two invalid ones at 0: mean 0.3, sample std 0.308, range 0 - 0.7
+    # gen 1: valid designs 0.3, 0.5, 0.7 and two invalid ones at 0: mean 0.3, sample std 0.308, range 0 - 0.7;
+    # then the reward stage's: 4 of the 5 designs kept, rewards 0.2, 0.4, 0.6, 0.8 (mean 0.5), trained at step 2
     assert re.search(
         r"<td[^>]*>1</td><td[^>]*>5</td><td[^>]*>0\.300</td><td[^>]*>0\.308</td><td[^>]*>0\.000</td>"
-        r"<td[^>]*>0\.700</td><td[^>]*>0\.500</td>",
+        r"<td[^>]*>0\.700</td><td[^>]*>0\.500</td><td[^>]*>4</td><td[^>]*>0\.500</td><td[^>]*>2</td>",
         section,
     ), section
 

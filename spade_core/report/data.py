@@ -86,14 +86,24 @@ from g left join d using (gen) left join v using (gen) left join s using (gen)
 order by g.gen
 """.replace("{valid}", _VALID_SCORES).replace("{verdicts}", _VERDICTS)
 
+# The first-pass score (env_scores, step 0) per generation, then what the designer is trained on: the reward
+# stage's windowed, centred, scaled reward (designer_rewards) of the designs it kept, and the step training them.
 _DESIGNER_REWARD = """
-select s.gen, count(*) as designs, avg(s.designer_reward) as mean, stddev_samp(s.designer_reward) as std,
-       min(s.designer_reward) as min, max(s.designer_reward) as max,
-       avg(s.designer_reward) filter (where v.design_id is not null) as mean_valid
-from env_scores s
-left join (select gen, design_id from ({verdicts}) where ok) v on v.gen = s.gen and v.design_id = s.design_id
-where s.run_id = $run and s.design_id is not null
-group by s.gen order by s.gen
+with scored as (
+    select s.gen, count(*) as designs, avg(s.designer_reward) as mean, stddev_samp(s.designer_reward) as std,
+           min(s.designer_reward) as min, max(s.designer_reward) as max,
+           avg(s.designer_reward) filter (where v.design_id is not null) as mean_valid
+    from env_scores s
+    left join (select gen, design_id from ({verdicts}) where ok) v on v.gen = s.gen and v.design_id = s.design_id
+    where s.run_id = $run and s.design_id is not null
+    group by s.gen
+), trained as (
+    select gen, count(*) filter (where not dropped) as trained, avg(reward) filter (where not dropped) as trained_mean,
+           min(train_step) as train_step
+    from designer_rewards where run_id = $run group by gen
+)
+select scored.*, coalesce(trained.trained, 0) as trained, trained.trained_mean, trained.train_step
+from scored left join trained using (gen) order by gen
 """.replace("{verdicts}", _VERDICTS)
 
 # No-hint win rate per global step: overall, per skill, per pool source and per (skill, source). A play the

@@ -195,9 +195,12 @@ def _scores(figures: Mapping[str, bytes | None]) -> str:
 
 def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
     note = (
-        '<p class="note">Per generation: mean ± standard deviation and range (min – max) over the designs with a '
-        "score row (valid or not); designs whose reply held no code get scoring.invalid_reward and are not "
-        "counted here.</p>"
+        '<p class="note">Per generation: mean ± standard deviation and range (min – max) of the first-pass '
+        "score (step 0's plays) over the designs with a score row (valid or not); designs whose reply held no "
+        "code get scoring.invalid_reward and are not counted here. Then what the designer is trained on "
+        "(the reward stage, <code>designer_rewards</code>): the designs kept (raw reward ≥ 0), the mean of "
+        "their reward over the whole window of K steps, centred per skill and scaled, and the global step "
+        "whose batch trains them.</p>"
     )
     columns: list[Column] = [
         ("gen", "gen", integer),
@@ -207,6 +210,9 @@ def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
         ("min", "min", num()),
         ("max", "max", num()),
         ("mean_valid", "mean (valid designs)", num()),
+        ("trained", "trained designs", integer),
+        ("trained_mean", "mean trained reward", num()),
+        ("train_step", "trained at step", integer),
     ]
     body = table(data.designer_reward, columns) if not data.designer_reward.empty else ""
     return _section(
