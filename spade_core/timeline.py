@@ -204,15 +204,19 @@ def overlap_seconds(timeline: pd.DataFrame) -> dict[int, float]:
     }
 
 
-def overlap_fraction(timeline: pd.DataFrame) -> float:
+def overlap_fraction(timeline: pd.DataFrame, with_next_only: bool = False) -> float:
     """The share of the run's training-step wall time during which the next generation's design chain ran.
 
     With T_g the union of generation g's ``train`` intervals and C_g the union of its ``chain`` intervals:
     |∪_g (T_g ∩ C_{g+1})| / |∪_g T_g| (lengths of unions: nothing counted twice). 0.0 without training
     time; 0.0 for a run whose generations ran one after another; 1.0 when the next design chain was busy
-    for the whole of every training step.
+    for the whole of every training step. ``with_next_only``: only the generations whose next generation
+    has a design chain in the timeline count (the run's last generation has none to overlap with).
     """
-    trained = [(g, _intervals(timeline, "train", g)) for g in sorted({int(g) for g in timeline["gen"]})]
+    gens = sorted({int(g) for g in timeline["gen"]})
+    if with_next_only:
+        gens = [g for g in gens if not timeline[(timeline["gen"] == g + 1) & (timeline["kind"] == "chain")].empty]
+    trained = [(g, _intervals(timeline, "train", g)) for g in gens]
     total = length(i for _, spans in trained for i in spans)
     if total <= 0:
         return 0.0

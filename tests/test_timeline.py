@@ -120,6 +120,8 @@ def test_partial_overlap() -> None:
     timeline = stage_timeline(markers(*generation(1, 0.0), *gen2))
     # training: 80 s (gen 1) + 20 s (gen 2); overlapped by the next chain: 30 s
     assert overlap_fraction(timeline) == pytest.approx(30 / 100)
+    # Only the generations with a next chain (gen 1; gen 3 has none): 30 of gen 1's 80 s of training.
+    assert overlap_fraction(timeline, with_next_only=True) == pytest.approx(30 / 80)
     assert chain_seconds(timeline)[2] == pytest.approx(32.0)
     # min(chain 2 = 32, train 1 = 80) + min(chain 3 = 0, train 2 = 20)
     assert saved_seconds_with_own_devices(timeline) == pytest.approx(32.0)
