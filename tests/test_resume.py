@@ -1,6 +1,9 @@
-"""Kill the flow process (SIGKILL) in the middle of rollouts, resume, and check that nothing is lost or
-duplicated — on the local store and on S3 (moto's server on loopback). The flow runs as ``spade run`` in
-its own process group (with its temporary Prefect server and its jails), exactly as a user runs it."""
+"""Kill the flow process (SIGKILL) with two generations in flight — generation 2's design chain beside
+generation 1's steps, some stages and shards finished, others half done — resume, and check that nothing
+is lost, duplicated or redone — on the local store and on S3 (moto's server on loopback). The flow runs as
+``spade run`` in its own process group (with its temporary Prefect server and its jails), exactly as a
+user runs it. (A kill inside one generation is the same case with one generation fewer: its finished
+shards and stages are the markers this test checks.)"""
 
 from __future__ import annotations
 
@@ -72,107 +75,6 @@ def spade_env(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[str, 
 
 def spade_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "flows.cli", *args]
-
-
-def kill_during_rollouts(cmd: list[str], env: dict[str, str], store: Store, run_id: str, log: Path) -> int:
-    """Start ``cmd`` in its own process group; SIGKILL the group once a rollout shard is done (not the stage).
-
-    Returns the shard that was done at the kill.
-    """
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    done: list[int] = []
-    try:
-        deadline = time.monotonic() + 1200
-        while time.monotonic() < deadline and proc.poll() is None and not done:
-            done = [k for k in range(2) if read_marker(store, run_id, 1, "rollout-s0", k) is not None]
-            if done:
-                os.killpg(proc.pid, signal.SIGKILL)
-            time.sleep(0.05)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL, f"the flow ended before the kill:\n{log.read_text()[-3000:]}"
-    # Jails run in sessions of their own and die with their nsjail parent (parent-death signal): wait for that.
-    for _ in range(100):
-        if not subprocess.run(["ps", "-u", "65534", "-o", "pid="], capture_output=True, text=True).stdout.strip():
-            break
-        time.sleep(0.1)
-    return done[0]
-
-
-def check_resumed_generation(store: Store, run_id: str, summary: dict) -> None:  # type: ignore[type-arg]
-    stages = {s["stage"]: s for s in summary["stages"]}
-    for name in ("documents", "design", "validate", "pool", "hint"):
-        assert stages[name]["status"] == "reused" and stages[name]["model_calls"] == 0, stages[name]
-    for name in ("rollout-s0", "rollout-s1"):
-        assert stages[name]["status"] == "ran" and stages[name]["model_calls"] > 0, stages[name]
-    assert all(stages[s]["status"] == "ran" for s in ("score", "memory", "train-s0", "train-s1"))
-    envs = read_marker(store, run_id, 1, "pool")
-    assert envs is not None and len(envs.info["env_ids"]) >= 2
-    n_envs = len(envs.info["env_ids"])
-    for table, key in IDS.items():
-        rows = query(
-            store,
-            f"select count(*) as n, count(distinct {key}) as ids from {table} where run_id = ? and gen = 1",
-            [run_id],
-        ).iloc[0]
-        assert rows.n == rows.ids > 0, f"{table}: {rows.n} rows for {rows.ids} ids"
-    counts = query(
-        store,
-        "select (select count(*) from episodes where run_id = ?) as episodes, "
-        "(select count(distinct env_id) from episodes where run_id = ?) as played, "
-        "(select count(*) from hints where run_id = ?) as hints",
-        [run_id, run_id, run_id],
-    ).iloc[0]
-    # Step 0: 2 no-hint + 2 hinted plays per environment; step 1: 2 no-hint plays, each from a fresh seed.
-    assert (counts.episodes, counts.played, counts.hints) == (6 * n_envs, n_envs, n_envs)
-    memory = set(query(store, "select env_id from memory where run_id = ?", [run_id])["env_id"])
-    assert set(envs.info["env_ids"]) <= memory
-
-
-def kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None) -> None:
-    run_id = "killed"
-    env = spade_env(tmp_path, {"AWS_ENDPOINT_URL": endpoint} if endpoint else None)
-    store = Store(root, endpoint_url=endpoint)
-    run = ["run", "--run-id", run_id, "--store", root, *[a for o in OVERRIDES for a in ("--set", o)]]
-    finished = kill_during_rollouts(spade_command(*run), env, store, run_id, tmp_path / "killed.log")
-    assert read_marker(store, run_id, 1, "hint") is not None and read_marker(store, run_id, 1, "rollout-s0") is None
-    kept = store.read_bytes(store.table_path("episodes", run_id, 1, "rollout-s0", finished))
-
-    status = subprocess.run(
-        spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True
-    )
-    assert status.returncode == 0 and "gen 1 incomplete" in status.stdout and "hint:✓" in status.stdout
-
-    resumed = subprocess.run(
-        spade_command("resume", run_id, "--store", root, "--json"),
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    (summary,) = json.loads(resumed.stdout.strip().splitlines()[-1])
-    check_resumed_generation(store, run_id, summary)
-    # The shard finished before the kill was reused from its marker: its file was not rewritten.
-    assert store.read_bytes(store.table_path("episodes", run_id, 1, "rollout-s0", finished)) == kept
-
-    again = subprocess.run(
-        spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True
-    )
-    assert "gen 1 complete" in again.stdout and "next: generation 2" in again.stdout
-
-
-def test_kill_mid_rollouts_then_resume_on_the_local_store(tmp_path: Path) -> None:
-    kill_and_resume(tmp_path, str(tmp_path / "store"))
-
-
-def test_kill_mid_rollouts_then_resume_on_s3(tmp_path: Path, s3_bucket: str, s3_endpoint: str) -> None:
-    kill_and_resume(tmp_path, s3_bucket, s3_endpoint)
 
 
 def kill_with_two_generations_in_flight(
