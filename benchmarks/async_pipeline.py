@@ -9,9 +9,9 @@ generation g's memory is written and runs beside g's training steps). From each 
     overlap=X wall_ratio=Y max_staleness_seen=Z
 
 overlap: the fraction of the async run's training-step wall time during which the next generation's design
-chain was running (over the generations that have a next one: the last has no chain to overlap with); wall_ratio: async / sync wall time; max_staleness_seen: the largest number of steps
-between the checkpoint a generation's designs (repairs included) and hints came from and the generation's
-first step. It also
+chain was running (over the generations that have a next one: the last has no chain to overlap with);
+wall_ratio: async / sync wall time; max_staleness_seen: the largest number of steps between the checkpoint
+a generation's designs (repairs included) and hints came from and the generation's first step. It also
 gives, from the sync run's stage times, the wall time the overlap would save where generation and training
 have devices of their own (``saved_seconds_with_own_devices``): on this 2-core CPU both modes share the
 cores, so the async run can only gain what the cores left idle.

@@ -20,7 +20,7 @@ from spade_core.config import SpadeConfig
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord
 from spade_core.pipeline.registry import stage as stage_named
-from spade_core.pipeline.stage import Stage, execute, finish, resolve_policy_step
+from spade_core.pipeline.stage import Stage, execute, finish
 from spade_core.store import Store
 from tasks.models import lease_for
 
@@ -39,9 +39,8 @@ def run_stage(
     """Execute (or reuse) one stage or one shard of a sharded stage."""
     stage = stage_named(name, cfg, gen)
     ctx = _context(cfg, run_id, gen)
-    policy = resolve_policy_step(cfg, ctx.store, run_id, gen, stage) if stage.uses_model else None
-    lease = lease_for(cfg, ctx.store, run_id, policy) if policy is not None else None
-    record = execute(stage, ctx, upstream, lease, shard, policy)
+    lease_at = (lambda step: lease_for(cfg, ctx.store, run_id, step)) if stage.uses_model else None
+    record = execute(stage, ctx, upstream, lease_at, shard)
     if reason := record.info.get("skipped_reason"):
         from prefect.logging import get_run_logger
 

@@ -33,7 +33,9 @@ def _run(
     lease: GeneratorLease | None = None,
     shard: int | None = None,
 ) -> StageRecord:
-    return execute(Stage(name, body), ctx, {r.name: r for r in upstream}, lease, shard)
+    return execute(
+        Stage(name, body), ctx, {r.name: r for r in upstream}, (lambda _step: lease) if lease else None, shard
+    )
 
 
 def _ctx(tmp_path: Path, *overrides: str, run_id: str = "r") -> GenerationContext:

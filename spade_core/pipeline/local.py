@@ -20,7 +20,6 @@ from spade_core.pipeline.stage import (
     execute,
     finish,
     previous_records,
-    resolve_policy_step,
     shard_count,
     upstream_for,
 )
@@ -44,12 +43,11 @@ def run_generation(
 
     def run_one(stage: Stage) -> StageRecord:
         upstream = upstream_for(stage, records, previous)
-        model_lease = lease if stage.uses_model else None
-        policy = resolve_policy_step(cfg, store, run_id, gen, stage) if model_lease is not None else None
+        lease_at = (lambda _step: lease) if lease is not None and stage.uses_model else None
         if stage.shard_by is None:
-            return execute(stage, ctx, upstream, model_lease, None, policy)
+            return execute(stage, ctx, upstream, lease_at)
         count = shard_count(stage, upstream)
-        shards = [execute(stage, ctx, upstream, model_lease, k, policy) for k in range(count)]
+        shards = [execute(stage, ctx, upstream, lease_at, k) for k in range(count)]
         return finish(stage, ctx, shards)
 
     return run_stages(chosen, run_one, records, concurrent=cfg.orchestration.max_staleness > 0)

@@ -35,6 +35,7 @@ from spade_core.pipeline.markers import (
 from spade_core.store import WrittenFile
 
 GeneratorLease = Callable[[], AbstractContextManager[Generator]]
+LeaseAt = Callable[[int], GeneratorLease]  # the lease of the model of checkpoint ``step``
 Body = Callable[[GenerationContext, Generator], dict[str, Any] | None]
 
 
@@ -138,23 +139,23 @@ def execute(
     stage: Stage,
     ctx: GenerationContext,
     upstream: dict[str, StageRecord],
-    lease: GeneratorLease | None = None,
+    lease_at: LeaseAt | None = None,
     shard: int | None = None,
-    policy_step: int | None = None,
 ) -> StageRecord:
     """Reuse the stage's (or shard's) complete artifact, or run its body and write the marker.
 
-    ``policy_step`` is the checkpoint ``lease`` serves (:func:`resolve_policy_step`): the body writes it on
+    A stage that runs with ``lease_at`` resolves its checkpoint first (:func:`resolve_policy_step`; a
+    reused one reads no checkpoint marker) and gets the lease of that checkpoint: the body writes it on
     every row it makes with the model, and the marker records it.
     """
-    return _resumable(ctx, stage.name, shard, upstream, stage.body, lease, stage.step, policy_step)
+    return _resumable(ctx, stage.name, shard, upstream, stage.body, stage.step, stage, lease_at)
 
 
 def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> StageRecord:
     """The whole-stage marker of a sharded stage, once every shard is done (its inputs are the shards)."""
     upstream = {r.name: r for r in shards}
     info = {"shards": len(shards), "rows": _sum_rows(shards)}
-    return _resumable(ctx, stage.name, None, upstream, lambda run, model: info, None, stage.step)
+    return _resumable(ctx, stage.name, None, upstream, lambda run, model: info, stage.step)
 
 
 def _resumable(
@@ -163,9 +164,9 @@ def _resumable(
     shard: int | None,
     upstream: dict[str, StageRecord],
     body: Body,
-    lease: GeneratorLease | None,
     step: int | None,
-    policy_step: int | None = None,
+    stage: Stage | None = None,
+    lease_at: LeaseAt | None = None,
 ) -> StageRecord:
     inputs = digests(*upstream.values())
     bound = artifact_hash(ctx.cfg)
@@ -173,6 +174,11 @@ def _resumable(
     if found is not None and found.inputs == inputs and found.artifact_hash == bound:
         return found.model_copy(update={"status": "reused"})
     started, started_at = time.perf_counter(), now_precise()
+    policy_step = None
+    lease = None
+    if lease_at is not None and stage is not None:
+        policy_step = resolve_policy_step(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, stage)
+        lease = lease_at(policy_step)
     run = ctx.execution(name, shard, upstream, step, policy_step)
     with ExitStack() as stack:
         model = LazyGenerator(lease, stack)
@@ -199,7 +205,7 @@ def _resumable(
         info=info,
         started_at=started_at,
         finished_at=now(),
-        policy_step=policy_step if lease is not None else None,
+        policy_step=policy_step,
     )
     write_marker(ctx.store, record)
     return record
