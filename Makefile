@@ -67,7 +67,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) system-deps test-system-deps lint
-	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .prefect .pytest_cache .ruff_cache .mypy_cache

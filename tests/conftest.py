@@ -101,6 +101,32 @@ def tiny_model_dir() -> str:
 
 
 @pytest.fixture(scope="session")
+def micro_model_dir(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A two-layer, 64-wide Llama with the tiny model's tokenizer and chat template, randomly initialised
+    (seed 0): a real model the trainer updates in seconds, for tests of the trainer's mechanics (optimizer
+    carried, importance weights, LoRA, checkpoints). A full checkpoint of it (weights and AdamW state) is
+    ~40 MB where the tiny model's is ~1.6 GB: three of those filled a CI machine's disk. The tiny model
+    itself is trained end to end by the flow and resume tests."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("micro-model")
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.update(
+        {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+        | {"num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 2048}
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (Path(tiny_model_dir) / name).is_file():
+            shutil.copy(Path(tiny_model_dir) / name, out / name)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
 def tiny_generator(tiny_model_dir: str):  # type: ignore[no-untyped-def]
     """The transformers backend on the tiny model (CPU), loaded once per session."""
     from spade_core.llm.hf import TransformersGenerator

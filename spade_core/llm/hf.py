@@ -236,7 +236,7 @@ class TransformersGenerator:
             "do_sample": params.temperature > 0,
             "pad_token_id": pad,
             "return_dict_in_generate": True,
-            "output_scores": params.logprobs,
+            "output_logits": params.logprobs,
         }
         if cache is not None:
             kwargs["cache"] = cache
@@ -248,7 +248,9 @@ class TransformersGenerator:
         new_tokens = result.sequences[:, width:]
         scores = None
         if params.logprobs:
-            scores = self.model.compute_transition_scores(result.sequences, result.scores, normalize_logits=True)
+            # The raw distribution's log-probs (temperature 1, no top-k/top-p), as vLLM returns by default and
+            # as the trainer computes them: on-policy, the importance ratio is 1 (docs/DESIGN.md §7.2).
+            scores = self.model.compute_transition_scores(result.sequences, result.logits, normalize_logits=True)
         eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
         completions = []
         for i, row in enumerate(new_tokens.tolist()):
