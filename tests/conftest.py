@@ -106,7 +106,8 @@ def micro_model_dir(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactor
     (seed 0): a real model the trainer updates in seconds, for tests of the trainer's mechanics (optimizer
     carried, importance weights, LoRA, checkpoints). A full checkpoint of it (weights and AdamW state) is
     ~40 MB where the tiny model's is ~1.6 GB: three of those filled a CI machine's disk. The tiny model
-    itself is trained end to end by the flow and resume tests."""
+    itself is trained with LoRA by the Prefect deployment test, fully by `make demo` and the learning
+    benchmark."""
     import shutil
 
     import torch
