@@ -104,8 +104,7 @@ def tiny_model_dir() -> str:
 def micro_model_dir(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A two-layer, 64-wide Llama with the tiny model's tokenizer and chat template, randomly initialised
     (seed 0): a real model the trainer updates in seconds, for tests of the trainer's mechanics (optimizer
-    carried, importance weights, LoRA, checkpoints) and of where rows land (kill and resume), where what
-    the model writes does not matter. A full checkpoint of it (weights and AdamW state) is
+    carried, importance weights, LoRA, checkpoints). A full checkpoint of it (weights and AdamW state) is
     ~40 MB where the tiny model's is ~1.6 GB: three of those filled a CI machine's disk. The tiny model
     itself is trained with LoRA by the Prefect deployment test, fully by `make demo` and the learning
     benchmark."""

@@ -106,18 +106,15 @@ def kill_with_two_generations_in_flight(
     return {p: store.fs.cat_file(p) for p in paths}
 
 
-def async_kill_and_resume(tmp_path: Path, root: str, model: str, endpoint: str | None = None) -> None:
+def async_kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None) -> None:
     """Two generations in flight (generation 2's design chain beside generation 1's steps), SIGKILL, then
     ``spade resume`` and the same ``spade run`` again: nothing lost, nothing duplicated, every stage that
-    had finished (of both generations) reused, never redone. ``model`` is the micro model: what is checked
-    is where rows and markers land, not what a model writes, and its calls cost milliseconds where the tiny
-    model's cost seconds (the tiny model runs the flow end to end in tests/test_flows_e2e.py)."""
+    had finished (of both generations) reused, never redone."""
     run_id = "overlap"
     env = spade_env(tmp_path, {"AWS_ENDPOINT_URL": endpoint} if endpoint else None)
     store = Store(root, endpoint_url=endpoint)
     # Three steps keep generation 1 busy while generation 2's chain starts (training is off: steps are plays).
     overrides = [*OVERRIDES[:-1], "training.steps_per_generation=3", "orchestration.async_generations=true"]
-    overrides.append(f"model.name_or_path={model}")
     run = [
         "run",
         "--run-id",
@@ -178,13 +175,11 @@ def async_kill_and_resume(tmp_path: Path, root: str, model: str, endpoint: str |
     assert "gen 1 complete" in final.stdout and "gen 2 complete" in final.stdout, final.stdout
 
 
-def test_kill_with_two_generations_in_flight_then_resume_on_the_local_store(
-    tmp_path: Path, micro_model_dir: str
-) -> None:
-    async_kill_and_resume(tmp_path, str(tmp_path / "store"), micro_model_dir)
+def test_kill_with_two_generations_in_flight_then_resume_on_the_local_store(tmp_path: Path) -> None:
+    async_kill_and_resume(tmp_path, str(tmp_path / "store"))
 
 
 def test_kill_with_two_generations_in_flight_then_resume_on_s3(
-    tmp_path: Path, s3_bucket: str, s3_endpoint: str, micro_model_dir: str
+    tmp_path: Path, s3_bucket: str, s3_endpoint: str
 ) -> None:
-    async_kill_and_resume(tmp_path, s3_bucket, micro_model_dir, s3_endpoint)
+    async_kill_and_resume(tmp_path, s3_bucket, s3_endpoint)
