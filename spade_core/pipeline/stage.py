@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from spade_core.config import SpadeConfig
@@ -148,41 +148,38 @@ def execute(
     reused one reads no checkpoint marker) and gets the lease of that checkpoint: the body writes it on
     every row it makes with the model, and the marker records it.
     """
-    return _resumable(ctx, stage.name, shard, upstream, stage.body, stage.step, stage, lease_at)
+    return _resumable(ctx, stage, shard, upstream, lease_at)
 
 
 def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> StageRecord:
     """The whole-stage marker of a sharded stage, once every shard is done (its inputs are the shards)."""
     upstream = {r.name: r for r in shards}
     info = {"shards": len(shards), "rows": _sum_rows(shards)}
-    return _resumable(ctx, stage.name, None, upstream, lambda run, model: info, stage.step)
+    return _resumable(ctx, replace(stage, body=lambda run, model: info), None, upstream, None)
 
 
 def _resumable(
     ctx: GenerationContext,
-    name: str,
+    stage: Stage,
     shard: int | None,
     upstream: dict[str, StageRecord],
-    body: Body,
-    step: int | None,
-    stage: Stage | None = None,
-    lease_at: LeaseAt | None = None,
+    lease_at: LeaseAt | None,
 ) -> StageRecord:
+    name = stage.name
     inputs = digests(*upstream.values())
     bound = artifact_hash(ctx.cfg)
     found = read_marker(ctx.store, ctx.run_id, ctx.gen, name, shard)
     if found is not None and found.inputs == inputs and found.artifact_hash == bound:
         return found.model_copy(update={"status": "reused"})
     started, started_at = time.perf_counter(), now_precise()
-    policy_step = None
-    lease = None
-    if lease_at is not None and stage is not None:
+    policy_step, lease = None, None
+    if lease_at is not None:
         policy_step = resolve_policy_step(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, stage)
         lease = lease_at(policy_step)
-    run = ctx.execution(name, shard, upstream, step, policy_step)
+    run = ctx.execution(name, shard, upstream, stage.step, policy_step)
     with ExitStack() as stack:
         model = LazyGenerator(lease, stack)
-        info = body(run, cast(Generator, model)) or {}
+        info = stage.body(run, cast(Generator, model)) or {}
     latest = {w.path: w for w in run.written}  # a file rewritten in one execution counts once
     files: dict[str, list[str]] = {}
     for w in latest.values():
