@@ -213,7 +213,13 @@ class ScoringConfig(_Section):
     reward_scale_cap: float = Field(
         50.0, gt=0, description="Designer reward scale min(n_agent / n_designer * K, cap) [50]."
     )
-    regret_weight: float = Field(0.4, ge=0, le=1, description="Weight of the regret term in blend [0.4].")
+    regret_weight: float = Field(0.4, ge=0, description="Weight of the regret term in blend [0.4].")
+    plateau_weight: float = Field(
+        0.6,
+        ge=0,
+        description="Weight of the plateau term in blend [0.6]; independent of regret_weight, as the authors' "
+        "(their characterization tests use 1.0 and 1.0).",
+    )
     regret_scale: float = Field(0.15, gt=0, description="Regret normaliser in blend [0.15].")
     plateau_low: float = Field(0.4, ge=0, le=1, description="Win-rate plateau start [0.4].")
     plateau_high: float = Field(0.6, ge=0, le=1, description="Win-rate plateau end [0.6].")

@@ -8,8 +8,8 @@ rewarded after the K steps of their window (the agent played the generation's po
     regret     R(e) = mean(hinted returns) - mean(no-hint returns at the window's first step)
                       (both at the regeneration step: "matched timing"); 0 when e has no hinted plays
     raw(e)          = the variant's reward of (p, R), spade_core.scoring:
-                      blend        = w * clip(R / scale, 0, 1) + (1 - w) * plateau(p)     [w 0.4, scale 0.15]
-                      solve_rate   = plateau(p)
+                      blend        = w_r * clip(R / scale, 0, 1) + w_p * plateau(p)  [w_r 0.4, w_p 0.6, scale 0.15]
+                      solve_rate   = plateau(p)  (blend with w_r 0, w_p 1)
                       regret       = max(0, R)
                       learnability = 1 - p if 0 < p < 1 else 0
                       learning_potential = |p(e) - mu_slow(skill)|, mu_slow read after this window's update
@@ -36,11 +36,12 @@ Facts from the authors' repository (github spade-rl/spade): ``spade/core/utils/d
 ``spade/core/utils/rewards.py`` (``compute_env_reward_scale``), ``cmd/games/train_spade_30b.sh`` (the paper's
 blend / solve_rate / learning_potential settings). Where this module chose differently:
 
-- When can a raw value be negative? Paper blend floors and clips the regret term to [0, 1] and the plateau
-  is >= 0, so blend (and solve_rate, which is blend with regret weight 0) is never negative and the drop
-  never fires. The authors' blend goes negative only through terms the paper turns off (unfloored regret,
-  a signed micro-learning-potential slope, a frontier penalty); those terms are not built here, the drop
-  rule is, strictly ``raw < 0`` as theirs. Their regret and learning-potential variants drop nothing.
+- When can a raw value be negative? Paper blend floors and clips the regret term to [0, 1], the plateau
+  is >= 0 and both weights are >= 0, so blend (and solve_rate, which is blend with weights regret 0 and
+  plateau 1) is never negative and the drop never fires. The authors' blend goes negative only through
+  terms the paper turns off (unfloored regret, a signed micro-learning-potential slope, a frontier
+  penalty); those terms are not built here, the drop rule is, strictly ``raw < 0`` as theirs. Their
+  regret and learning-potential variants drop nothing.
 - ``regret`` uses the matched-timing R above. The authors' ``regret_based`` variant instead subtracts the
   mean of the whole window's no-hint plays and gives a game whose ``step`` timed out a raw of -0.5; neither
   is mirrored (the authors' own blend docstring calls the window baseline biased on learnable games).
@@ -67,7 +68,7 @@ from spade_core.scoring import CONDITIONS, DESIGNER_REWARDS, ScoringError
 
 Variant = Literal["blend", "regret", "solve_rate", "learnability", "learning_potential"]
 VARIANTS: tuple[str, ...] = get_args(Variant)
-# The authors mask negative raw values in their blend path only (solve_rate is that path with regret weight 0).
+# The authors mask negative raw values in their blend path only (solve_rate is that path with weights 0 and 1).
 DROPPING_VARIANTS = frozenset({"blend", "solve_rate"})
 _NEEDS_REGRET = frozenset({"blend", "regret"})
 

@@ -7,11 +7,16 @@ Formulas (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7 step 7; c
     regret    = mean(return | hint) - mean(return | no hint)             may be negative
     plateau(p) = 1                                  if low <= p <= high           [low 0.4, high 0.6]
                = max(0, 1 - distance(p, [low, high]) / falloff)   otherwise       [falloff 0.25]
-    blend        = w * clip(regret / scale, 0, 1) + (1 - w) * plateau(win_rate)   [w 0.4, scale 0.15]
+    blend        = w_r * clip(regret / scale, 0, 1) + w_p * plateau(win_rate)   [w_r 0.4, w_p 0.6, scale 0.15]
     regret       = max(0, regret)
     solve_rate   = plateau(win_rate)
     learnability = 1 - p  if 0 < p < 1  else 0,  p = win_rate
     invalid design -> invalid_reward [0]
+
+The two blend weights are independent (``scoring.regret_weight``, ``scoring.plateau_weight``), as the
+authors' ``--spade-regret-weight`` and ``--spade-plateau-weight`` (github spade-rl/spade,
+``spade/core/utils/delayed_env_rewards.py``); the paper runs 0.4 and 0.6, their characterization tests 1.0
+and 1.0. ``solve_rate`` is their blend with weights (regret 0, plateau 1).
 
 ``learnability`` is the proposer reward of Absolute Zero (Zhao et al. 2025, arXiv 2505.03335):
 ``r_propose = 0 if r_solve in {0, 1} else 1 - r_solve``, with ``r_solve`` the solver's mean success over
@@ -105,13 +110,15 @@ def _plateau(p: float, cfg: ScoringConfig) -> float:
 
 
 def blend_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> float:
-    """w * clip(regret / scale, 0, 1) + (1 - w) * plateau(win_rate) (docs/DESIGN.md §7 step 7, default).
+    """w_r * clip(regret / scale, 0, 1) + w_p * plateau(win_rate) (docs/DESIGN.md §7 step 7, default).
 
-    >>> round(blend_reward(0.5, 0.075, ScoringConfig()), 6)
+    >>> round(blend_reward(0.5, 0.075, ScoringConfig()), 6)  # 0.4 * 0.5 + 0.6 * 1
     0.8
+    >>> round(blend_reward(0.5, 0.3, ScoringConfig(regret_weight=1.0, plateau_weight=1.0)), 6)  # 1 + 1
+    2.0
     """
     regret_term = float(np.clip(regret / cfg.regret_scale, 0.0, 1.0))
-    return cfg.regret_weight * regret_term + (1.0 - cfg.regret_weight) * _plateau(win_rate, cfg)
+    return cfg.regret_weight * regret_term + cfg.plateau_weight * _plateau(win_rate, cfg)
 
 
 def regret_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> float:

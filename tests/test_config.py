@@ -70,6 +70,7 @@ def test_hash_is_stable_and_tracks_changes() -> None:
         (["rollout"], "override 'rollout' must look like key.path=value"),
         (["designer.training_delay=1"], "designer.training_delay 1 must be >= training.steps_per_generation 2"),
         (["training.tis_low=3"], "training.tis_low 3.0 must be <= training.tis_high 2.0"),
+        (["scoring.plateau_weight=-0.5"], "config key 'scoring.plateau_weight' has bad value -0.5"),
         (["training.beta=0.01"], "training.drop_zero_advantage needs training.beta 0, got 0.01"),
         (["orchestration.max_staleness=2"], "config key 'orchestration.max_staleness' has bad value 2"),
         (
@@ -157,6 +158,9 @@ PAPER = {
     "memory.seed_with_library": False,
     "memory.code_chars": 2000,
     "validation.mode": "smoke",
+    # Two independent blend weights (--spade-regret-weight 0.4, --spade-plateau-weight 0.6).
+    "scoring.regret_weight": 0.4,
+    "scoring.plateau_weight": 0.6,
 }
 PAPER_GAMES = {
     **PAPER,

@@ -282,8 +282,8 @@ def test_designer_rewards_rejects_bad_inputs() -> None:
 
 
 def test_window_inputs_feed_designer_rewards() -> None:
-    # authors: test_blend_plateau_config_keeps_every_game_non_negative. Their weights are regret 1 + plateau 1
-    # (floored regret); ours are w and 1 - w, so w = 0.5 gives exactly half their blend, and scale 2 x their 1.
+    # authors: test_blend_plateau_config_keeps_every_game_non_negative, their weights exactly: regret 1.0 and
+    # plateau 1.0 (floored regret), env_reward_scale 1.0; their blend_raw, rewards and masked fraction.
     episodes = pd.DataFrame(
         [
             *[("g1", "no_hint", 1.0, step) for step in (0, 0, 1, 1)],  # easy: win 1.0, no hint
@@ -295,9 +295,9 @@ def test_window_inputs_feed_designer_rewards() -> None:
         columns=["env_id", "condition", "episode_return", "policy_step"],
     )
     envs = window_inputs(episodes).assign(skill=["logic", "logic", "math"])
-    out, _ = designer_rewards(envs, "blend", ScoringConfig(regret_weight=0.5), scale=2.0)
+    out, _ = designer_rewards(envs, "blend", ScoringConfig(regret_weight=1.0, plateau_weight=1.0), scale=1.0)
     assert [plateau(p) for p in out["win_rate"]] == pytest.approx([0.0, 1.0, 0.2])
-    assert (2 * out["raw"]).tolist() == pytest.approx([0.0, 2.0, 0.7])  # their blend_raw
+    assert out["raw"].tolist() == pytest.approx([0.0, 2.0, 0.7])  # their blend_raw
     assert out["reward"].tolist() == pytest.approx([-1.0, 1.0, 0.0])
     assert not out["dropped"].any()  # their masked fraction 0.0
 

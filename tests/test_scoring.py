@@ -87,9 +87,23 @@ def test_blend_mixes_both_terms() -> None:
 
 
 def test_blend_takes_every_constant_from_the_config() -> None:
-    cfg = ScoringConfig(regret_weight=0.5, regret_scale=0.1, plateau_low=0.2, plateau_high=0.3, plateau_falloff=0.5)
+    cfg = ScoringConfig(
+        regret_weight=0.5, plateau_weight=0.25, regret_scale=0.1, plateau_low=0.2, plateau_high=0.3, plateau_falloff=0.5
+    )
     # regret term clip(0.05 / 0.1) = 0.5; plateau(0.55) = 1 - 0.25 / 0.5 = 0.5
-    assert blend_reward(0.55, 0.05, cfg) == pytest.approx(0.5 * 0.5 + 0.5 * 0.5)
+    assert blend_reward(0.55, 0.05, cfg) == pytest.approx(0.5 * 0.5 + 0.25 * 0.5)
+
+
+def test_blend_weights_are_independent_as_the_authors() -> None:
+    # authors (spade/core/utils/delayed_env_rewards.py, test_blend_plateau_config_keeps_every_game_non_negative):
+    # regret weight 1.0 and plateau weight 1.0, floored regret; blend_raw [0.0, 2.0, 0.7] for
+    # (win 1.0, regret -1.0), (win 0.5, regret 0.3), (win 0.2, regret 0.075).
+    both = ScoringConfig(regret_weight=1.0, plateau_weight=1.0)
+    got = [blend_reward(p, r, both) for p, r in [(1.0, -1.0), (0.5, 0.3), (0.2, 0.075)]]
+    assert got == pytest.approx([0.0, 2.0, 0.7])
+    # Each weight scales its own term only: with the plateau off, blend is the clipped regret term alone.
+    assert blend_reward(0.5, 0.075, ScoringConfig(regret_weight=1.0, plateau_weight=0.0)) == pytest.approx(0.5)
+    assert blend_reward(0.5, 0.075, ScoringConfig(regret_weight=0.0, plateau_weight=1.0)) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(("r", "expected"), [(-0.3, 0.0), (0.0, 0.0), (0.075, 0.075), (0.3, 0.3)])
@@ -199,6 +213,12 @@ def test_score_environments_matches_hand_computed_rows() -> None:
         assert got["design_id"] == want[1] or (want[1] is None and pd.isna(got["design_id"]))  # pandas 3: NaN
         assert [got[c] for c in numbers] == pytest.approx(want[3:])
         assert got["hint_leaked"] is False
+
+
+def test_score_environments_uses_both_blend_weights() -> None:
+    scores = score_environments(_episodes(), _envs(), ScoringConfig(regret_weight=1.0, plateau_weight=1.0))
+    # A: clip(0.5 / 0.15) = 1, plateau(0.25) = 0.4; B: regret 0, plateau(0.5) = 1; D: win rate 1, plateau 0.
+    assert scores["designer_reward"].tolist() == pytest.approx([1.4, 1.4, 1.0, 0.0, 0.0])
     assert scores["hint_leaked"].dtype == bool
 
 
