@@ -41,7 +41,14 @@ from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
 from spade_core.train_data import AGENT, DESIGNER, Batch, agent_samples, designer_samples, make_batch, mix_roles
 from spade_core.train_launch import TrainSummary
-from spade_core.train_trl import OptimizerState, StoredRollouts, grpo_args, spade_trainer_class, stored_reward
+from spade_core.train_trl import (
+    OptimizerState,
+    StoredRollouts,
+    grpo_args,
+    sample_mean_scale,
+    spade_trainer_class,
+    stored_reward,
+)
 
 
 def designer_delay(cfg: SpadeConfig) -> int:
@@ -247,7 +254,11 @@ def _run_trainer(
         args, total = grpo_args(cfg, batch, tmp, state.num_processes)
         rollouts = StoredRollouts(batch, total)
         recorder = _recorder()
-        trainer_class = spade_trainer_class(cfg.training.tis_low, cfg.training.tis_high)
+        # The samples a per-sample loss averages over: the batch's, and those drop_zero_advantage left out (no
+        # gradient, but counted, so dropping them changes no update), never the padding rows.
+        samples = len(batch.samples()) + summary.dropped_samples
+        scale = sample_mean_scale(cfg.training.loss_type, total, samples)
+        trainer_class = spade_trainer_class(cfg.training.tis_low, cfg.training.tis_high, scale)
         trainer = trainer_class(
             model=model_path,
             reward_funcs=stored_reward,

@@ -9,7 +9,9 @@
   token's advantage by its truncated importance weight ``clamp(exp(logp_train - logp_behaviour), low,
   high)`` — TRL accepts advantages of shape (B, T) from subclasses, and for every clipped-surrogate loss a
   non-negative per-token factor on the advantage is the same as on the per-token loss. Tokens without a
-  behaviour log-prob keep weight 1.
+  behaviour log-prob keep weight 1. It also scales the loss by :func:`sample_mean_scale`, so that a
+  per-sample loss averages over the step's samples and not over the padding rows that fill the last
+  micro-batch.
 - :class:`OptimizerState` loads the run's one AdamW state (and its scheduler) when training begins, so the
   optimizer carries from step to step across processes (docs/DESIGN.md §7: one optimizer for the run).
 """
@@ -92,13 +94,54 @@ def stored_reward(completions: list[Any], reward: list[float], role: list[str], 
     return [float(r) for r in reward]
 
 
-def spade_trainer_class(tis_low: float, tis_high: float) -> Any:
-    """``GRPOTrainer`` with SPADE's advantages and truncated importance sampling (see the module doc)."""
+# TRL loss types that average over rows (padding rows included), not over the tokens of the batch.
+PER_ROW_LOSSES = frozenset({"grpo", "dr_grpo"})
+
+
+def sample_mean_scale(loss_type: str, rows: int, samples: int) -> float:
+    """The factor on TRL's loss that makes a per-row loss a mean over the step's ``samples``, not its ``rows``.
+
+    The aggregations (per-token loss ``l_it``, loss mask ``m_it``, N samples, R rows handed to TRL: the
+    samples plus zero-mask padding rows that fill the last micro-batch, less the samples
+    ``training.drop_zero_advantage`` left out, which carry no loss but count in N)::
+
+        TRL grpo     (1 / R) * sum_i [ sum_t m_it l_it / max(1, sum_t m_it) ]   (row mean per micro-batch,
+                                                                                 / gradient accumulation)
+        Slime        (1 / N) * sum_i [ sum_t m_it l_it / max(1, sum_t m_it) ]   (the authors' aggregation)
+        TRL dapo     sum_i sum_t m_it l_it / sum_i sum_t m_it                   (token mean over the batch)
+
+    Slime's ``get_sum_of_sample_mean`` sums each sample's token mean and ``loss_function`` divides by the
+    step's global batch size (``slime/backends/megatron_utils/cp_utils.py``, ``loss.py``); the authors fill
+    a short batch with inert zero-mask copies and scale the real samples' rewards by ``192 / n_real``
+    (``spade/slime/spade_rollout.py``), so their mean is over the real samples. A real sample whose mask
+    is all zero (a truncated tool-use play) still counts in N, as in theirs. ``grpo`` (and ``dr_grpo``,
+    whose denominator also counts rows) needs ``R / N``; a token mean (``dapo``, ``bnpo``) ignores padding.
+
+    >>> sample_mean_scale("grpo", rows=8, samples=6)
+    1.3333333333333333
+    >>> sample_mean_scale("grpo", rows=6, samples=6), sample_mean_scale("dapo", rows=8, samples=6)
+    (1.0, 1.0)
+    """
+    if samples < 1 or rows < 1:
+        raise ValueError(f"need rows >= 1 and samples >= 1, got rows={rows}, samples={samples}")
+    return rows / samples if loss_type in PER_ROW_LOSSES else 1.0
+
+
+def spade_trainer_class(tis_low: float, tis_high: float, loss_scale: float = 1.0) -> Any:
+    """``GRPOTrainer`` with SPADE's advantages, truncated importance sampling and the loss scaled by
+    ``loss_scale`` (:func:`sample_mean_scale`; see the module doc)."""
     import torch
     from trl import GRPOTrainer
 
     class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         tis_bounds = (tis_low, tis_high)
+        sample_mean_scale = loss_scale
+
+        def compute_loss(
+            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            return loss * self.sample_mean_scale if self.sample_mean_scale != 1.0 else loss
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)

@@ -158,6 +158,9 @@ PAPER = {
     "memory.seed_with_library": False,
     "memory.code_chars": 2000,
     "validation.mode": "smoke",
+    # Slime's aggregation (slime/backends/megatron_utils/cp_utils.py get_sum_of_sample_mean, loss.py
+    # loss_function): each sample's token mean, summed, over the batch's sample count = TRL's grpo.
+    "training.loss_type": "grpo",
     # Two independent blend weights (--spade-regret-weight 0.4, --spade-plateau-weight 0.6).
     "scoring.regret_weight": 0.4,
     "scoring.plateau_weight": 0.6,
