@@ -19,6 +19,7 @@ from spade_core.pipeline.names import STEP_STAGES, instance_name
 from spade_core.pipeline.registry import chain_for
 from spade_core.pipeline.registry import stages_for as _stages_for
 from spade_core.pipeline.verdicts import final_verdicts
+from spade_core.pipeline.verify import Listings, file_problems
 from spade_core.store import Store
 
 
@@ -33,16 +34,21 @@ def stages_for(cfg: SpadeConfig, gen: int) -> list[str]:
 
 
 def generation_stages(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, str]:
-    """``{stage: 'done' | 'k/n shards' | 'partial' | 'todo'}`` for one generation."""
+    """``{stage: 'done' | 'damaged' | 'k/n shards' | 'partial' | 'todo'}`` for one generation."""
     markers = list_markers(store, run_id).get(gen, {})
-    return _stage_states(cfg, gen, markers)
+    return _stage_states(cfg, gen, markers, store)
 
 
-def _stage_states(cfg: SpadeConfig, gen: int, markers: dict[str, StageRecord]) -> dict[str, str]:
+def _stage_states(cfg: SpadeConfig, gen: int, markers: dict[str, StageRecord], store: Store) -> dict[str, str]:
+    """Each stage's state from the generation's markers. A stage whose marker (or a shard's) lists a file
+    that is missing or has another size is ``damaged``: not done, so a run or resume redoes it (one listing
+    per directory, shared by the generation's markers)."""
+    listings: Listings = {}
+    broken = {m.stage for m in markers.values() if file_problems(store, m, listings)}
     states = {}
     for stage in stages_for(cfg, gen):
         if stage in markers:
-            states[stage] = "done"
+            states[stage] = "damaged" if stage in broken else "done"
             continue
         shards = [m for m in markers.values() if m.stage == stage and m.shard is not None]
         total = shards[0].info.get("shards") if shards else None
@@ -57,7 +63,7 @@ def generation_complete(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -
 def run_status(store: Store, cfg: SpadeConfig, run_id: str) -> dict[int, dict[str, str]]:
     """Stage states of every generation the run has started, in order."""
     markers = list_markers(store, run_id)
-    return {g: _stage_states(cfg, g, markers[g]) for g in sorted(markers)}
+    return {g: _stage_states(cfg, g, markers[g], store) for g in sorted(markers)}
 
 
 def generation_phase(cfg: SpadeConfig, gen: int, states: dict[str, str]) -> str:
@@ -83,7 +89,7 @@ def next_generation(store: Store, cfg: SpadeConfig, run_id: str) -> int:
     """The first generation (from 1) that is not complete: where a new or resumed flow run starts."""
     markers = list_markers(store, run_id)
     gen = 1
-    while gen in markers and all(s == "done" for s in _stage_states(cfg, gen, markers[gen]).values()):
+    while gen in markers and all(s == "done" for s in _stage_states(cfg, gen, markers[gen], store).values()):
         gen += 1
     return gen
 

@@ -19,6 +19,7 @@ in-process with :func:`io_counts` and :func:`reset_io_counts`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import os
 import re
@@ -68,15 +69,17 @@ _SHARD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")  # no '-': the last '-' of a
 
 @dataclass(frozen=True)
 class WrittenFile:
-    """One Parquet file written to the store: its table, path, row count and a digest of its bytes.
+    """One Parquet file written to the store: its table, path, row count, size and a digest of its bytes.
 
-    ``digest`` is the first 16 hex of the sha256 of the file's bytes (what a stage marker records).
+    ``digest`` is the first 16 hex of the sha256 of the file's bytes and ``size`` their count (what a stage
+    marker records, so that reuse can check the file is still there and whole).
     """
 
     table: str
     path: str
     rows: int
     digest: str
+    size: int = 0
 
 
 class StoreError(ValueError):
@@ -168,6 +171,20 @@ class Store:
     def run_dir(self, run_id: str) -> str:
         return self.path("runs", _check_name("run id", run_id))
 
+    def locate(self, path: str) -> str:
+        """A path a marker recorded, under this store's root: a store that was copied or moved keeps its
+        layout (``tables/``, ``checkpoints/``, ``runs/`` under the root), not its absolute paths.
+
+        >>> Store("/tmp/new").locate("/data/old/tables/pool/run=r/gen=1/pool-0.parquet")
+        '/tmp/new/tables/pool/run=r/gen=1/pool-0.parquet'
+        """
+        if path.startswith(self.base.rstrip("/") + "/"):
+            return path
+        for top in ("tables", "checkpoints", "runs"):
+            if f"/{top}/" in path:
+                return self.path(top, path.rsplit(f"/{top}/", 1)[1])
+        return path
+
     # -- bytes --------------------------------------------------------------------------------------
     def write_bytes(self, path: str, data: bytes) -> None:
         """Atomically write ``data`` to ``path`` (temp + rename locally; one PUT on S3)."""
@@ -184,6 +201,8 @@ class Store:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+        except OSError as exc:  # name the store's path, not the hidden temp file (or none, from write())
+            raise type(exc)(exc.errno, exc.strerror, path) from exc
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -228,6 +247,12 @@ class Store:
         _count("read", len(names))
         self.fs.get([f"{remote_dir.rstrip('/')}/{name}" for name in names], [str(p) for p in local])
 
+    def remove_file(self, path: str) -> None:
+        """Delete one file; a missing file is no error."""
+        _count("write")
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(path)
+
     def remove_dir(self, path: str) -> None:
         """Delete the directory ``path`` and everything under it; a missing directory is no error."""
         _count("list")
@@ -257,7 +282,7 @@ class Store:
         pq.write_table(arrow, sink, compression="zstd")
         data = sink.getvalue()
         self.write_bytes(path, data)
-        return WrittenFile(table, path, arrow.num_rows, short_hash(data))
+        return WrittenFile(table, path, arrow.num_rows, short_hash(data), len(data))
 
     def table_files(
         self,
@@ -315,10 +340,20 @@ class Store:
         Raises:
             StoreError: an unknown table, column or stage, or a bad run id or generation.
         """
+        return self.read_files(table, self.table_files(table, run_id, gen, stages=stages), columns=columns)
+
+    def read_files(self, table: str, files: Iterable[str], *, columns: Iterable[str] | None = None) -> pd.DataFrame:
+        """Read the given Parquet files of ``table`` (paths under ``tables/{table}/run=.../gen=...``) with their
+        ``run_id`` and ``gen`` columns added from the partition path; see :meth:`read_table`.
+
+        Raises:
+            StoreError: an unknown table or column.
+            FileNotFoundError: a listed file is not in the store.
+        """
         selected = _selected_columns(table, columns)
         schema = SCHEMAS[table] if selected is None else pa.schema([SCHEMAS[table].field(c) for c in selected])
         frames = []
-        for f in self.table_files(table, run_id, gen, stages=stages):
+        for f in files:
             parts = dict(p.split("=", 1) for p in f.split("/") if p.startswith(("run=", "gen=")))
             _count("read")
             with self.fs.open(f, "rb") as fh:
@@ -333,6 +368,22 @@ class Store:
             empty.insert(0, "run_id", pd.Series(dtype="object"))
             return empty
         return pd.concat(frames, ignore_index=True)
+
+    def file_sizes(self, directory: str) -> dict[str, int]:
+        """``{path: size}`` of the files directly in ``directory`` (one fresh listing, never a cached one;
+        a missing directory lists nothing). Paths are spelt as the store writes them (``s3://`` on S3)."""
+        _count("list")
+        try:
+            entries = self.fs.ls(directory, detail=True, refresh=True)
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for entry in entries:
+            if entry.get("type") == "directory":
+                continue
+            name = str(entry["name"])
+            out[f"s3://{name}" if self.is_s3 and not name.startswith("s3://") else name] = int(entry.get("size") or 0)
+        return out
 
     def has_table(self, table: str) -> bool:
         _count("list")

@@ -325,7 +325,8 @@ def test_validation_shards_on_processes_and_a_local_dask_cluster_match_threads(t
             records = run(ctx.cfg.model_dump(mode="json"), designs)
             assert [r.name for r in records] == ["validate-0", "validate-1"]
             assert all(r.status == "ran" for r in records)
-            rows[runner] = ctx.read("validations", ["validate"]).drop(columns=["seconds"])
+            rows[runner] = ctx.store.read_files("validations", [p for r in records for p in r.files["validations"]])
+            rows[runner] = rows[runner].drop(columns=["seconds"])
     expected = rows["threads"].to_dict("records")
     assert rows["processes"].to_dict("records") == expected and rows["dask"].to_dict("records") == expected
     assert list(rows["dask"]["ok"]) == [True, False, False, True]

@@ -17,11 +17,14 @@ from spade_core.cli import (
     report_cmd,
     rollout_cmd,
     train_cmd,
+    verify_cmd,
 )
 
 app = typer.Typer(
     name="spade",
-    help="SPADE: self-play of one LLM as environment designer and agent, in sandboxed generated environments.",
+    help="SPADE: self-play of one LLM as environment designer and agent, in sandboxed generated environments. "
+    "A store fault (full disk, unreachable S3, damaged file) ends a command with one line and exit code 1; "
+    "add --debug anywhere (or set SPADE_DEBUG=1) for the traceback.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -34,6 +37,7 @@ app.command("demo")(demo_cmd.demo)
 app.command("train")(train_cmd.train)
 app.command("report")(report_cmd.report)
 app.command("eval")(eval_cmd.eval_)
+app.command("verify")(verify_cmd.verify)
 app.add_typer(env_cmd.env_app, name="env")
 app.add_typer(envs_cmd.envs_app, name="envs")
 app.add_typer(corpus_cmd.corpus_app, name="corpus")

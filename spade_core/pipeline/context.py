@@ -1,9 +1,10 @@
 """What one execution of a stage sees: the run, the generation, its shard, its inputs, and the store.
 
-Reads name the stages (and columns) they want, so files that other commands or stages wrote into the same
-partition (``spade demo``'s ``seed_check``, ``spade rollout --run-id``'s ``rollout-cli``) never leak into a
-generation. The few records every later stage needs (the pool, the previous memory snapshot) are read at
-most once per execution.
+Reads name the stages (and columns) they want and take exactly the files those stages' markers list (never
+a glob), so files that other commands or stages wrote into the same partition (``spade demo``'s
+``seed_check``, ``spade rollout --run-id``'s ``rollout-cli``) never leak into a generation, and a listed
+file that is gone is an error naming it rather than missing rows. The few records every later stage needs
+(the pool, the previous memory snapshot) are read at most once per execution.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 
 from spade_core.config import SpadeConfig
 from spade_core.schemas import SCHEMAS
-from spade_core.store import Store, WrittenFile
+from spade_core.store import Store, StoreError, WrittenFile
 
 if TYPE_CHECKING:
     from spade_core.memory import Memory
@@ -101,8 +102,29 @@ class GenerationContext:
         return frame
 
     def read(self, table: str, stages: Sequence[str], columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """This generation's rows of ``table`` written by ``stages`` (all their shards), optionally some columns."""
-        return self.store.read_table(table, self.run_id, self.gen, stages=stages, columns=columns)
+        """This generation's rows of ``table`` written by ``stages`` (all their shards), optionally some columns.
+
+        The files are those the stages' markers list (the input records this execution was given, else the
+        markers in the store); a stage without a marker, or a listed file that is gone, is a
+        :class:`~spade_core.store.StoreError` naming it.
+        """
+        files = [path for stage in stages for path in self._listed(table, stage)]
+        try:
+            return self.store.read_files(table, files, columns=columns)
+        except FileNotFoundError as exc:
+            raise StoreError(
+                f"run {self.run_id} gen {self.gen}: {exc.filename or exc} is listed by a stage marker but is "
+                f"missing; check the store with `spade verify {self.run_id} --repair`, then resume"
+            ) from None
+
+    def _listed(self, table: str, stage: str) -> list[str]:
+        """The files of ``table`` that ``stage``'s marker lists (a sharded stage's lists its shards' files)."""
+        from spade_core.pipeline.markers import read_marker
+
+        record = self.upstream.get(stage) or read_marker(self.store, self.run_id, self.gen, stage)
+        if record is None:
+            raise StoreError(f"run {self.run_id} gen {self.gen}: stage {stage!r} has no marker (it has not finished)")
+        return [self.store.locate(p) for p in record.files.get(table, [])]
 
     def read_shard(self, table: str, stage: str, shard: int) -> pd.DataFrame:
         """Exactly one (stage, shard) file of this generation's ``table``."""

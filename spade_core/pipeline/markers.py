@@ -5,10 +5,11 @@ Every stage (or shard of a stage) that finishes writes a small JSON marker LAST,
     {root}/runs/{run_id}/gen={g}/stages/{stage}-{shard}.json     one shard of a sharded stage
     {root}/runs/{run_id}/gen={g}/stages/{stage}.json             the whole stage
 
-A marker records what the stage wrote (files, row counts, a content digest), the digests of the input
-markers it depended on, the run's artifact hash, its wall time and its model calls. A stage is reused
-(not run again, no model loaded) when its marker exists with the same input digests and artifact hash;
-anything else runs the stage again, which overwrites its own deterministic files.
+A marker records what the stage wrote (files with their sizes and digests, row counts, a content digest), the
+digests of the input markers it depended on, the run's artifact hash, its wall time and its model calls. A
+stage is reused (not run again, no model loaded) when its marker exists with the same input digests and
+artifact hash and every file it lists is in the store with its recorded size (:mod:`.verify`); anything
+else runs the stage again, which overwrites its own deterministic files.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class StageRecord(BaseModel):
     digest: str
     inputs: dict[str, str] = Field(default_factory=dict)
     files: dict[str, list[str]] = Field(default_factory=dict)
+    # Each listed file's size in bytes and the digest of its bytes: reuse checks the sizes against one
+    # listing of each directory, ``spade verify --deep`` the digests (empty in markers older than them).
+    sizes: dict[str, int] = Field(default_factory=dict)
+    file_digests: dict[str, str] = Field(default_factory=dict)
     rows: dict[str, int] = Field(default_factory=dict)
     seconds: float = 0.0
     model_calls: int = 0

@@ -6,13 +6,16 @@ records it takes as inputs (of this generation, and of generation ``gen - 1``), 
 The Prefect flow, ``spade status`` and the local runner all iterate :data:`spade_core.pipeline.registry.STAGES`.
 
 :func:`execute` is the resume rule (docs/DESIGN.md §10): the stage's marker, when it exists with the same
-input digests and artifact hash, is returned with ``status="reused"`` and no model is loaded; otherwise the
-body runs (overwriting its own deterministic files) and the marker is written LAST.
+input digests and artifact hash and every file it lists is still in the store with its recorded size, is
+returned with ``status="reused"`` and no model is loaded; otherwise the body runs (overwriting its own
+deterministic files) and the marker is written LAST. A marker whose files are damaged is run again with one
+logged line naming the file and why; the stages after it follow through their input digests.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack
@@ -32,7 +35,10 @@ from spade_core.pipeline.markers import (
     read_marker,
     write_marker,
 )
+from spade_core.pipeline.verify import file_problems
 from spade_core.store import WrittenFile
+
+log = logging.getLogger(__name__)
 
 GeneratorLease = Callable[[], AbstractContextManager[Generator]]
 LeaseAt = Callable[[int], GeneratorLease]  # the lease of the model of checkpoint ``step``
@@ -152,10 +158,14 @@ def execute(
 
 
 def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> StageRecord:
-    """The whole-stage marker of a sharded stage, once every shard is done (its inputs are the shards)."""
+    """The whole-stage marker of a sharded stage, once every shard is done (its inputs are the shards).
+
+    It lists every shard's files (with their sizes and digests), so a reader of the stage and its reuse
+    check take them from one marker; its digest is made of the shards' digests, which cover those files.
+    """
     upstream = {r.name: r for r in shards}
     info = {"shards": len(shards), "rows": _sum_rows(shards)}
-    return _resumable(ctx, replace(stage, body=lambda run, model: info), None, upstream, None)
+    return _resumable(ctx, replace(stage, body=lambda run, model: info), None, upstream, None, tuple(shards))
 
 
 def _resumable(
@@ -164,13 +174,19 @@ def _resumable(
     shard: int | None,
     upstream: dict[str, StageRecord],
     lease_at: LeaseAt | None,
+    parts: tuple[StageRecord, ...] = (),
 ) -> StageRecord:
+    """:func:`execute`'s rule; ``parts``: the shard records whose files a whole-stage marker lists."""
     name = stage.name
     inputs = digests(*upstream.values())
     bound = artifact_hash(ctx.cfg)
     found = read_marker(ctx.store, ctx.run_id, ctx.gen, name, shard)
     if found is not None and found.inputs == inputs and found.artifact_hash == bound:
-        return found.model_copy(update={"status": "reused"})
+        problems = file_problems(ctx.store, found)
+        if not problems:
+            return found.model_copy(update={"status": "reused"})
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        log.warning("run %s %s%s: running the stage again", ctx.run_id, problems[0].line(), more)
     started, started_at = time.perf_counter(), now_precise()
     policy_step, lease = None, None
     if lease_at is not None:
@@ -184,6 +200,13 @@ def _resumable(
     files: dict[str, list[str]] = {}
     for w in latest.values():
         files.setdefault(w.table, []).append(w.path)
+    sizes = {p: w.size for p, w in latest.items()}
+    file_digests = {p: w.digest for p, w in latest.items()}
+    for part in parts:
+        for table, paths in part.files.items():
+            files.setdefault(table, []).extend(paths)
+        sizes |= part.sizes
+        file_digests |= part.file_digests
     record = StageRecord(
         stage=name,
         shard=shard,
@@ -195,6 +218,8 @@ def _resumable(
         ),
         inputs=inputs,
         files=files,
+        sizes=sizes,
+        file_digests=file_digests,
         rows=_rows(latest.values()),
         seconds=round(time.perf_counter() - started, 3),
         model_calls=model.calls,
