@@ -138,6 +138,13 @@ class DesignerConfig(_Section):
     )
 
 
+CodeRepair = Literal["fstring_braces", "stdlib_imports"]  # the registry of spade_core/repairs.py
+
+
+def _default_code_repairs() -> list[CodeRepair]:
+    return ["fstring_braces", "stdlib_imports"]
+
+
 class ValidationConfig(_Section):
     max_turns: int = Field(25, gt=0, description="Turn budget an environment must end within [25].")
     garbage_actions: int = Field(8, ge=1, description="Arbitrary strings fed to step().")
@@ -155,6 +162,13 @@ class ValidationConfig(_Section):
     )
     disabled_checks: list[str] = Field(
         default_factory=list, description="Checks of 'full' mode to skip, by name (spade_core/validate.py CHECK_NAMES)."
+    )
+    code_repairs: list[CodeRepair] = Field(
+        default_factory=_default_code_repairs,
+        description="Repairs applied to a design's code before validation, as the authors' "
+        "(spade_core/repairs.py): 'fstring_braces' escapes f-string braces that hold no expression, "
+        "'stdlib_imports' imports the standard-library names a design uses without importing. Each design "
+        "row records the repairs applied to it. [] = validate the code as the model wrote it.",
     )
 
     @field_validator("disabled_checks")

@@ -2,7 +2,8 @@
 
 ``run_id`` and ``gen`` are not columns of the files: they are the hive partitions of the path
 (``run={run_id}/gen={g}``) and come back as columns when a table is read. A schema change is explicit:
-edit the schema here; writing a frame that does not match it is a :class:`SchemaError`.
+edit the schema here; writing a frame that does not match it is a :class:`SchemaError` (except that a
+frame may lack the nullable columns of :data:`ADDED_COLUMNS`, written as nulls).
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ SCHEMAS: dict[str, pa.Schema] = {
             # the designer is trained on exactly these tokens, with truncated importance sampling.
             _f("completion_ids", pa.list_(pa.int32()), True),
             _f("logprobs", pa.list_(pa.float32()), True),
+            # The code repairs (validation.code_repairs, spade_core/repairs.py) that changed the extracted code
+            # before it was validated, in the order they ran; [] = validated as the model wrote it. ``code`` and
+            # ``env_id`` are the repaired code and its digest; ``unrepaired_env_id`` is the digest of the code
+            # as extracted (equal to env_id when nothing was repaired; null without code). Null on rows of a
+            # writer that does not record repairs (see ADDED_COLUMNS).
+            _f("repairs", pa.list_(_str), True),
+            _f("unrepaired_env_id", _str, True),
         ]
     ),
     "validations": pa.schema(
@@ -221,6 +229,10 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 TABLES: tuple[str, ...] = tuple(SCHEMAS)
 
+# Nullable columns added to a table after writers of it existed: a frame without them is written with nulls
+# (as files written before them read back with nulls). Every other column must be in the frame.
+ADDED_COLUMNS: dict[str, frozenset[str]] = {"designs": frozenset({"repairs", "unrepaired_env_id"})}
+
 
 class SchemaError(ValueError):
     """A frame does not match its table's schema; the message names the table and the column."""
@@ -271,13 +283,17 @@ def to_arrow(table: str, frame: pd.DataFrame) -> pa.Table:
         raise SchemaError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
     schema = SCHEMAS[table]
     expected, got = list(schema.names), list(frame.columns)
-    missing = [c for c in expected if c not in got]
+    optional = ADDED_COLUMNS.get(table, frozenset())
+    missing = [c for c in expected if c not in got and c not in optional]
     extra = [c for c in got if c not in expected]
     if missing or extra:
         parts = ([f"missing {missing}"] if missing else []) + ([f"unexpected {extra}"] if extra else [])
         raise SchemaError(f"table {table!r}: {'; '.join(parts)} (expected columns {expected})")
     arrays = []
     for field in schema:
+        if field.name not in got:  # one of ADDED_COLUMNS
+            arrays.append(pa.nulls(len(frame), type=field.type))
+            continue
         column = frame[field.name]
         try:
             array = _convert(column, field.type)

@@ -71,6 +71,7 @@ def test_hash_is_stable_and_tracks_changes() -> None:
         (["designer.training_delay=1"], "designer.training_delay 1 must be >= training.steps_per_generation 2"),
         (["training.tis_low=3"], "training.tis_low 3.0 must be <= training.tis_high 2.0"),
         (["scoring.plateau_weight=-0.5"], "config key 'scoring.plateau_weight' has bad value -0.5"),
+        (["validation.code_repairs=[imports]"], "config key 'validation.code_repairs.0' has bad value 'imports'"),
         (["training.beta=0.01"], "training.drop_zero_advantage needs training.beta 0, got 0.01"),
         (["orchestration.max_staleness=2"], "config key 'orchestration.max_staleness' has bad value 2"),
         (
@@ -164,6 +165,9 @@ PAPER = {
     # Two independent blend weights (--spade-regret-weight 0.4, --spade-plateau-weight 0.6).
     "scoring.regret_weight": 0.4,
     "scoring.plateau_weight": 0.6,
+    # Repairs before validation (spade/core/utils/parsing.py repair_fstring_braces, the standard-library
+    # names of spade/core/envs/synthetic_game_env.py).
+    "validation.code_repairs": ["fstring_braces", "stdlib_imports"],
 }
 PAPER_GAMES = {
     **PAPER,

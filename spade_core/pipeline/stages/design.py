@@ -1,11 +1,14 @@
 """Design (docs/DESIGN.md §7 step 3): one design prompt per document (``designer.group_size`` replies each,
 1 in the paper), all in one batched model call. The validate stage retries the failed prompts with the
 helpers here (:func:`prompt_for`, :func:`generate_rows`), so a retry is built exactly like a first attempt.
+Every design row's code is repaired before validation (:func:`with_repairs`, ``validation.code_repairs``)
+and the row records which repairs changed it.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -18,9 +21,11 @@ from spade_core.design import (
     skills_for_generation,
     truncate_document,
 )
+from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
 from spade_core.pipeline.context import GenerationContext
+from spade_core.repairs import repair_code
 from spade_core.shards import shard_count, shard_rows
 
 NAME = "design"
@@ -53,6 +58,30 @@ def sampling(ctx: GenerationContext, seed: int) -> SamplingParams:
     )
 
 
+def with_repairs(row: dict[str, Any], repairs: Sequence[str]) -> dict[str, Any]:
+    """``row`` (a :func:`~spade_core.design.design_row`) with its code repaired before validation: ``code`` and
+    ``env_id`` become the repaired code's, ``repairs`` lists the repairs that changed it and
+    ``unrepaired_env_id`` is the digest of the code as the model wrote it (schemas: ``designs``).
+
+    >>> row = {"code": "x = random.random()\\n", "env_id": "e"}
+    >>> fixed = with_repairs(row, ["fstring_braces", "stdlib_imports"])
+    >>> fixed["code"], fixed["repairs"], fixed["unrepaired_env_id"] == env_id_for(row["code"])
+    ('import random\\nx = random.random()\\n', ['stdlib_imports'], True)
+    >>> with_repairs({"code": None, "env_id": None}, ["stdlib_imports"])["repairs"]
+    []
+    """
+    if row["code"] is None:
+        return {**row, "repairs": [], "unrepaired_env_id": None}
+    fixed = repair_code(row["code"], repairs)
+    return {
+        **row,
+        "code": fixed.code,
+        "env_id": env_id_for(fixed.code),
+        "repairs": list(fixed.applied),
+        "unrepaired_env_id": fixed.unrepaired_env_id,
+    }
+
+
 def generate_rows(
     ctx: GenerationContext,
     prompts: list[Prompt],
@@ -78,7 +107,7 @@ def generate_rows(
         )
         rows.append(
             {
-                **row,
+                **with_repairs(row, ctx.cfg.validation.code_repairs),
                 "attempt": attempt,
                 "policy_step": ctx.model_step,
                 "completion_ids": list(completion.token_ids) or None,

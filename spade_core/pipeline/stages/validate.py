@@ -7,7 +7,8 @@ retry). Every retry is a new ``designs`` row of its own (same ``design_id``, ``a
 file ``repair-{k}``), its document a ``documents`` row (file ``retry-{k}``) and its verdict a new
 ``validations`` row, so nothing the design stage wrote is ever rewritten. The verdict of a design is the
 one of its highest attempt (:func:`spade_core.pipeline.verdicts.final_designs`); failed attempts are never
-trained on.
+trained on. Every attempt's code was repaired before it is validated here (``validation.code_repairs``;
+the ``repairs`` column of its design row says which repairs changed it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from spade_core.design import design_row, repair_messages
 from spade_core.hashing import short_hash
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages.design import generate_rows, prompt_for
+from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_repairs
 from spade_core.validate import validate_many
 
 NAME = "validate"
@@ -76,7 +77,8 @@ def _repair(
             model_ref=d.model_ref,
         )
         behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
-        rows.append({**row, "attempt": attempt, "policy_step": ctx.model_step, **behaviour})
+        repaired = with_repairs(row, ctx.cfg.validation.code_repairs)
+        rows.append({**repaired, "attempt": attempt, "policy_step": ctx.model_step, **behaviour})
     return pd.DataFrame(rows)
 
 
