@@ -147,25 +147,32 @@ def test_repair_code_records_what_changed_and_the_digest_before() -> None:
         repair_code("x = 1\n", ["imports"])
 
 
-# -- the two faults through the real validator, in the jail -----------------------------------------------------
+# -- the two faults through the real validator, in the jail (our 8 checks and the authors' smoke test) ----------
+MODES = pytest.mark.parametrize("mode", ["full", "smoke"])
+
+
+@MODES
 @pytest.mark.usefixtures("jail_processes_checked")
-def test_a_design_missing_import_random_passes_only_once_repaired() -> None:
-    before = validate_code(MISSING_IMPORT, FAST)
+def test_a_design_missing_import_random_passes_only_once_repaired(mode: str) -> None:
+    cfg = FAST.model_copy(update={"mode": mode})
+    before = validate_code(MISSING_IMPORT, cfg)
     assert not before.ok and "NameError in load: \"name 'random' is not defined\"" in (before.message or "")
     fixed = repair_code(MISSING_IMPORT)
     assert fixed.code.startswith('\n"""Guess the three-digit code."""\nimport random\nimport re\n')
-    after = validate_code(fixed.code, FAST)
+    after = validate_code(fixed.code, cfg)
     assert after.ok, after.message
 
 
+@MODES
 @pytest.mark.usefixtures("jail_processes_checked")
-def test_a_design_with_an_unclosed_fstring_brace_passes_only_once_repaired() -> None:
-    before = validate_code(UNCLOSED_BRACE, FAST)
+def test_a_design_with_an_unclosed_fstring_brace_passes_only_once_repaired(mode: str) -> None:
+    cfg = FAST.model_copy(update={"mode": mode})
+    before = validate_code(UNCLOSED_BRACE, cfg)
     assert (before.ok, before.error_type) == (False, "syntax_error"), before.message
     fixed = repair_code(UNCLOSED_BRACE)
     assert fixed.applied == ("fstring_braces",)
     assert 'f"Guess the code in {self.max_turns} turns: \\\\boxed{{"' in fixed.code
-    after = validate_code(fixed.code, FAST)
+    after = validate_code(fixed.code, cfg)
     assert after.ok, after.message
 
 
