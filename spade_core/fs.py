@@ -1,16 +1,41 @@
-"""The one S3 filesystem factory of the project (the store, corpora, the catalog and result storage).
+"""The project's filesystems: the one S3 factory (with retries) and a read-only view for ad-hoc queries.
 
-The endpoint is ``endpoint_url`` when given, else the standard ``AWS_ENDPOINT_URL`` variable, else AWS;
-credentials come from the standard AWS variables and are never passed around or stored.
+The S3 endpoint is ``endpoint_url`` when given, else the standard ``AWS_ENDPOINT_URL`` variable, else AWS;
+credentials come from the standard AWS variables and are never passed around or stored (docs/DESIGN.md §4).
+
+**Retries** (docs/DESIGN.md §12). Every command reaches S3 through :func:`s3_filesystem`, so every read and
+write of the store, the corpora and the catalog is retried by two layers of the libraries themselves:
+
+- botocore's ``standard`` retry mode, on each request: a dropped or refused connection, a timeout, an HTTP
+  500/502/503/504 and a throttling code (``SlowDown``, ``Throttling``, ...) are retried up to
+  :data:`MAX_ATTEMPTS` attempts in all, with jittered exponential backoff (a random wait up to 1, 2, 4, ... s);
+  the standard ``AWS_MAX_ATTEMPTS`` and ``AWS_RETRY_MODE`` variables override both;
+- s3fs's own loop around each call, :data:`S3FS_RETRIES` tries in all, for what botocore cannot see: a
+  connection dropped while a response body is being read (``IncompleteRead``, ``ClientPayloadError``), a
+  garbled response, and whatever botocore gave up on (connection errors, ``SlowDown``).
+
+Permanent errors are never retried by either layer: a missing bucket or key (404), access denied (403)
+and every other 4xx answer fail on the first answer.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import fsspec
 
 if TYPE_CHECKING:
     import s3fs
+
+MAX_ATTEMPTS = 5
+"""Attempts per S3 request in botocore's retry loop (the first try included)."""
+S3FS_RETRIES = 3
+"""Tries per filesystem call in s3fs's loop around botocore (the first included)."""
+CONNECT_TIMEOUT_S = 5
+"""Seconds to open a connection before the attempt counts as failed (then retried)."""
+READ_TIMEOUT_S = 30
+"""Seconds without a byte from an open connection before the attempt counts as failed (then retried)."""
 
 
 def s3_endpoint(endpoint_url: str | None = None) -> str | None:
@@ -18,8 +43,128 @@ def s3_endpoint(endpoint_url: str | None = None) -> str | None:
     return (endpoint_url or "").strip() or os.environ.get("AWS_ENDPOINT_URL", "").strip() or None
 
 
+def retry_config(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """botocore's client settings for the store: standard retries, bounded attempts and timeouts.
+
+    ``AWS_MAX_ATTEMPTS`` (attempts in all) and ``AWS_RETRY_MODE`` (``standard``, ``adaptive``, ``legacy``)
+    override the defaults, as they do for every AWS SDK.
+
+    >>> retry_config({})
+    {'retries': {'mode': 'standard', 'total_max_attempts': 5}, 'connect_timeout': 5, 'read_timeout': 30}
+    >>> retry_config({"AWS_MAX_ATTEMPTS": "2", "AWS_RETRY_MODE": "adaptive"})["retries"]
+    {'mode': 'adaptive', 'total_max_attempts': 2}
+    >>> retry_config({"AWS_MAX_ATTEMPTS": "none"})
+    Traceback (most recent call last):
+    ...
+    ValueError: AWS_MAX_ATTEMPTS must be an integer >= 1, got 'none'
+    """
+    env = os.environ if environ is None else environ
+    attempts_text = env.get("AWS_MAX_ATTEMPTS", "").strip() or str(MAX_ATTEMPTS)
+    if not attempts_text.isdigit() or int(attempts_text) < 1:
+        raise ValueError(f"AWS_MAX_ATTEMPTS must be an integer >= 1, got {attempts_text!r}")
+    mode = env.get("AWS_RETRY_MODE", "").strip() or "standard"
+    return {
+        "retries": {"mode": mode, "total_max_attempts": int(attempts_text)},
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "read_timeout": READ_TIMEOUT_S,
+    }
+
+
 def s3_filesystem(endpoint_url: str | None = None) -> s3fs.S3FileSystem:
-    """A fresh (never cached) s3fs filesystem on :func:`s3_endpoint`'s endpoint."""
+    """A fresh (never cached) s3fs filesystem on :func:`s3_endpoint`'s endpoint, retrying transient errors."""
     import s3fs
 
-    return s3fs.S3FileSystem(endpoint_url=s3_endpoint(endpoint_url), skip_instance_cache=True)
+    fs = s3fs.S3FileSystem(
+        endpoint_url=s3_endpoint(endpoint_url), skip_instance_cache=True, config_kwargs=retry_config()
+    )
+    fs.retries = S3FS_RETRIES  # a class attribute in s3fs, not a constructor argument
+    return fs
+
+
+class ReadOnlyError(PermissionError):
+    """A write, removal or rename tried through a :class:`ReadOnlyFileSystem`."""
+
+
+class ReadOnlyFileSystem(fsspec.AbstractFileSystem):
+    """A view of another fsspec filesystem that can list and read but never change a file.
+
+    DuckDB's ``register_filesystem`` reaches a store through it, so an ad-hoc query can read every table
+    but cannot write, remove or rename anything there (docs/DESIGN.md §12). ``protocol`` is the URL
+    scheme DuckDB routes to it: ``s3`` for an S3 store, a scheme of its own for a local one (paths keep
+    the scheme; it is stripped before the inner filesystem sees them).
+
+    >>> ro = ReadOnlyFileSystem(fsspec.filesystem("memory"), "spadero")
+    >>> ro.fs.pipe_file("/t/a.txt", b"hi")
+    >>> ro.cat_file("spadero:///t/a.txt"), ro.glob("spadero:///t/*.txt")
+    (b'hi', ['/t/a.txt'])
+    >>> ro.open("spadero:///t/b.txt", "wb")
+    Traceback (most recent call last):
+    ...
+    spade_core.fs.ReadOnlyError: read-only: cannot write spadero:///t/b.txt
+    """
+
+    cachable = False
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, protocol: str) -> None:
+        super().__init__()
+        self.fs = fs
+        self.protocol = (protocol,)  # per instance: DuckDB routes the paths of this scheme here
+        self._prefix = f"{protocol}://"
+
+    def _inner(self, path: str) -> str:
+        path = str(path)
+        if self._prefix != "s3://" and path.startswith(self._prefix):
+            return path[len(self._prefix) :]
+        return path
+
+    def _strip_protocol(self, path):  # type: ignore[no-untyped-def,override]
+        return self.fs._strip_protocol(self._inner(path))
+
+    def unstrip_protocol(self, name: str) -> str:
+        return self._prefix + self._inner(name).removeprefix(self._prefix)
+
+    # -- reading: delegated -------------------------------------------------------------------------
+    def open(self, path, mode="rb", **kwargs):  # type: ignore[no-untyped-def]
+        if any(flag in mode for flag in "wax+"):
+            raise ReadOnlyError(f"read-only: cannot write {path}")
+        return self.fs.open(self._inner(path), mode, **kwargs)
+
+    def _open(self, path, mode="rb", **kwargs):  # type: ignore[no-untyped-def]
+        return self.open(path, mode, **kwargs)
+
+    def ls(self, path, detail=True, **kwargs):  # type: ignore[no-untyped-def]
+        return self.fs.ls(self._inner(path), detail=detail, **kwargs)
+
+    def info(self, path, **kwargs):  # type: ignore[no-untyped-def]
+        return self.fs.info(self._inner(path), **kwargs)
+
+    def glob(self, path, maxdepth=None, **kwargs):  # type: ignore[no-untyped-def]
+        return self.fs.glob(self._inner(path), maxdepth=maxdepth, **kwargs)
+
+    def find(self, path, maxdepth=None, withdirs=False, detail=False, **kwargs):  # type: ignore[no-untyped-def]
+        return self.fs.find(self._inner(path), maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
+
+    def exists(self, path, **kwargs):  # type: ignore[no-untyped-def]
+        return self.fs.exists(self._inner(path), **kwargs)
+
+    def isdir(self, path):  # type: ignore[no-untyped-def]
+        return self.fs.isdir(self._inner(path))
+
+    def isfile(self, path):  # type: ignore[no-untyped-def]
+        return self.fs.isfile(self._inner(path))
+
+    def size(self, path):  # type: ignore[no-untyped-def]
+        return self.fs.size(self._inner(path))
+
+    def modified(self, path):  # type: ignore[no-untyped-def]
+        return self.fs.modified(self._inner(path))
+
+    def cat_file(self, path, start=None, end=None, **kwargs):  # type: ignore[no-untyped-def]
+        return self.fs.cat_file(self._inner(path), start=start, end=end, **kwargs)
+
+    # -- changing: refused --------------------------------------------------------------------------
+    def _refuse(self, path: object, *_: object, **__: object) -> None:
+        raise ReadOnlyError(f"read-only: cannot change {path}")
+
+    mkdir = makedirs = rm = rm_file = rmdir = touch = pipe_file = put_file = _refuse
+    cp_file = mv = copy = put = pipe = move = rename = _refuse
