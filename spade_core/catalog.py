@@ -4,31 +4,61 @@ DuckDB's httpfs extension cannot be installed offline, so S3 is read through the
 registered with ``con.register_filesystem``. Partition columns come from the hive path: ``run_id``
 (VARCHAR, also for all-digit run ids) and ``gen`` (BIGINT). A table with no files yet is an empty view with
 the right columns, not an error.
+
+**Read-only connections** (``read_only=True``, what ``spade sql`` opens unless ``--allow-write``;
+docs/DESIGN.md §12): DuckDB reaches no file but through the store, and the store only through a
+:class:`~spade_core.fs.ReadOnlyFileSystem`. ``enable_external_access`` is off, with the store's root as the
+one allowed directory (under the read-only filesystem's URL scheme), and ``lock_configuration`` is on, so a
+statement cannot turn either back. ``COPY ... TO``, ``EXPORT DATABASE``, ``ATTACH``, ``INSTALL`` and any file
+function outside the store are refused by DuckDB; a write into the store is refused by the filesystem.
+Tables created in the in-memory database are allowed: they change nothing outside the process.
 """
 
 from __future__ import annotations
 
 import duckdb
 
+from spade_core.fs import ReadOnlyFileSystem
 from spade_core.schemas import SCHEMAS, TABLES
 from spade_core.store import Store, arrow_schema_with_partitions
+
+LOCAL_SCHEME = "spade-store"
+"""The URL scheme a read-only connection reads a local store under (``spade-store:///abs/root/...``)."""
 
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def connect(store: Store) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with one view per store table."""
+def _read_only_root(con: duckdb.DuckDBPyConnection, store: Store) -> str:
+    """Register the store's read-only view, lock the connection to it; the root as DuckDB now spells it."""
+    root = store.base.rstrip("/") if store.is_s3 else f"{LOCAL_SCHEME}://{store.base.rstrip('/')}"
+    con.register_filesystem(ReadOnlyFileSystem(store.fs, "s3" if store.is_s3 else LOCAL_SCHEME))
+    con.execute(f"SET allowed_directories = [{_quote(root + '/')}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return root
+
+
+def connect(store: Store, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with one view per store table; ``read_only``: see the module."""
     con = duckdb.connect()
-    if store.is_s3:
+    glob = store.table_glob
+    if read_only:
+        root = _read_only_root(con, store)
+        base = store.base.rstrip("/")
+
+        def glob(table: str) -> str:
+            return root + store.table_glob(table)[len(base) :]
+
+    elif store.is_s3:
         con.register_filesystem(store.fs)
     for table in TABLES:
         if store.has_table(table):
             columns = ", ".join(f'"{name}"' for name in SCHEMAS[table].names)
             con.execute(  # the same column order as the empty view: run_id, gen, then the schema's columns
                 f"CREATE VIEW {table} AS SELECT run AS run_id, gen, {columns} FROM read_parquet("
-                f"{_quote(store.table_glob(table))}, hive_partitioning=true, union_by_name=true, "
+                f"{_quote(glob(table))}, hive_partitioning=true, union_by_name=true, "
                 "hive_types={'run': VARCHAR, 'gen': BIGINT})"
             )
         else:
@@ -37,9 +67,9 @@ def connect(store: Store) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def query(store: Store, sql: str, params: list[object] | None = None):  # type: ignore[no-untyped-def]
+def query(store: Store, sql: str, params: list[object] | None = None, *, read_only: bool = False):  # type: ignore[no-untyped-def]
     """Run ``sql`` (with ``?`` placeholders bound to ``params``) against the catalog; a pandas DataFrame."""
-    con = connect(store)
+    con = connect(store, read_only=read_only)
     try:
         return con.execute(sql, params or []).df()
     finally:

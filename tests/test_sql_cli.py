@@ -1,4 +1,5 @@
-"""`spade sql` over local and S3 stores, through the real CLI entry point."""
+"""`spade sql` over local and S3 stores, through the real CLI entry point: queries read every table, and
+nothing writes a file (into the store or anywhere) unless `--allow-write`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from typer.testing import CliRunner
 
 from spade_core.catalog import query
 from spade_core.cli import app
+from spade_core.cli.catalog_cmd import READ_ONLY_HINT
 from spade_core.schemas import SCHEMAS, TABLES
 from spade_core.store import Store
 
@@ -130,3 +134,62 @@ def test_views_have_the_same_columns_empty_or_filled(filled: tuple[Store, list[s
     full = query(store, "select * from episodes limit 0")
     empty = query(Store(str(tmp_path / "none")), "select * from episodes limit 0")
     assert list(full.columns) == list(empty.columns) == ["run_id", "gen", *SCHEMAS["episodes"].names]
+
+
+def _refused(result) -> str:  # type: ignore[no-untyped-def]
+    """The one line a refused statement prints, after checking it exited 1 and printed nothing else."""
+    assert result.exit_code == 1, result.output
+    assert result.stdout == "" and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.endswith(f"({READ_ONLY_HINT})\n")
+    return result.stderr
+
+
+def test_sql_cannot_write_into_the_store_or_anywhere_else(filled: tuple[Store, list[str]]) -> None:
+    store, args = filled
+    before = sorted(store.fs.find(store.base))
+    outside = Path(tempfile.gettempdir()) / f"spade-sql-{uuid.uuid4().hex[:8]}.csv"
+    targets = {
+        "store root": f"{store.base}/x.csv",
+        "table dir": store.table_glob("episodes").split("**")[0] + "run=run-a/gen=1/rollout-9.parquet",
+        "tmp": str(outside),
+    }
+    for name, target in targets.items():
+        line = _refused(runner.invoke(app, ["sql", *args, f"copy (select 42 as n) to '{target}'"]))
+        assert "refused" in line, f"{name}: {line}"
+    assert not outside.exists() and sorted(store.fs.find(store.base)) == before
+    for statement in [
+        "set enable_external_access = true",
+        "set lock_configuration = false",
+        f"attach '{outside.with_suffix('.db')}' as other",
+        f"export database '{outside.with_suffix('')}'",
+        "select * from read_text('/etc/hostname')",
+    ]:
+        _refused(runner.invoke(app, ["sql", *args, statement]))
+    assert not outside.with_suffix(".db").exists() and not outside.with_suffix("").exists()
+    # Queries still read every table, in-memory tables included.
+    result = runner.invoke(app, ["sql", *args, "--format", "json", "select count(*) as n from episodes"])
+    assert result.exit_code == 0 and json.loads(result.stdout) == [{"n": 14}], result.output
+    result = runner.invoke(app, ["sql", *args, "--format", "json", "create table t as select 1 as x; select * from t"])
+    assert result.exit_code == 0 and json.loads(result.stdout) == [{"x": 1}], result.output
+
+
+def test_allow_write_exports(filled: tuple[Store, list[str]], tmp_path: Path) -> None:
+    _, args = filled
+    out = tmp_path / "counts.csv"
+    copy = f"copy (select run_id, count(*) as n from episodes group by all order by all) to '{out}'"
+    result = runner.invoke(app, ["sql", *args, "--allow-write", copy])
+    assert result.exit_code == 0, result.output
+    assert out.read_text().splitlines() == ["run_id,n", "007,4", "run-a,10"]
+
+
+def test_the_installed_entry_point_refuses_a_write_in_one_line(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "st"))
+    _fill(store)
+    spade = Path(sys.executable).parent / "spade"
+    out = subprocess.run(
+        [str(spade), "sql", "--store", str(tmp_path / "st"), f"copy (select 42) to '{tmp_path / 'st' / 'x.csv'}'"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == f"error: file access refused: {tmp_path / 'st' / 'x.csv'} ({READ_ONLY_HINT})\n"

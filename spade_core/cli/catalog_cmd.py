@@ -1,4 +1,8 @@
-"""``spade sql``: DuckDB over the store, one view per table."""
+"""``spade sql``: DuckDB over the store, one view per table; read-only unless ``--allow-write``.
+
+A read-only query reaches no file but the store's, and those only to read (``spade_core.catalog``,
+docs/DESIGN.md §12); a refused write says one line and exits 1, any other SQL error one line and exits 2.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,46 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spade_core.catalog import query
+from spade_core.catalog import LOCAL_SCHEME, query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
+
+READ_ONLY_HINT = "spade sql only reads the store unless --allow-write"
+
+
+def _refusal(exc: duckdb.Error) -> str | None:
+    """What a read-only connection refused (one line), or None for any other error.
+
+    >>> _refusal(duckdb.PermissionException('Permission Error: Cannot access file "/tmp/x.csv" - file system '
+    ...     "operations are disabled by configuration"))
+    'file access refused: /tmp/x.csv'
+    >>> _refusal(duckdb.Error("Traceback ...\\nspade_core.fs.ReadOnlyError: read-only: cannot write "
+    ...     "spade-store:///s/tables/x.parquet\\n"))
+    'write refused: /s/tables/x.parquet'
+    >>> _refusal(duckdb.CatalogException("Catalog Error: Table with name nope does not exist!")) is None
+    True
+    """
+    text = str(exc)
+    if "ReadOnlyError: read-only: cannot " in text:
+        path = text.rsplit("ReadOnlyError: read-only: cannot ", 1)[1].split(" ", 1)[1].strip()
+        return f"write refused: {path.removeprefix(f'{LOCAL_SCHEME}://')}"
+    if isinstance(exc, duckdb.PermissionException):
+        path = text.split('"')[1] if text.count('"') >= 2 else text.splitlines()[0]
+        return f"file access refused: {path}"
+    if "the configuration has been locked" in text:
+        return f"settings are locked: {text.splitlines()[0].split(': ', 1)[-1]}"
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of a DuckDB error, or the exception line of a Python traceback DuckDB passed on.
+
+    >>> one_line(duckdb.Error("Traceback (most recent call last):\\n  File ...\\n\\nOSError: [Errno 5] gone\\n"))
+    'OSError: [Errno 5] gone'
+    >>> one_line(duckdb.CatalogException("Catalog Error: no such table\\nLINE 1: ..."))
+    'Catalog Error: no such table'
+    """
+    lines = [line for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+    return lines[-1] if lines[0].startswith("Traceback (most recent call last)") else lines[0]
 
 
 def _jsonable(value: Any) -> Any:
@@ -39,6 +81,13 @@ def sql(
             "episodes, env_scores, memory, train_metrics, evals."
         ),
     ],
+    allow_write: Annotated[
+        bool,
+        typer.Option(
+            "--allow-write",
+            help="Let the statement write files (COPY ... TO, EXPORT DATABASE); without it, spade sql only reads.",
+        ),
+    ] = False,
     output_format: Annotated[
         Literal["table", "csv", "json"],
         typer.Option("--format", help="Output format; json prints one array of row objects."),
@@ -51,12 +100,18 @@ def sql(
     """Query the artifact store with DuckDB.
 
     Example: spade sql "select run_id, gen, count(*) from episodes group by all"
+
+    Read-only unless --allow-write: e.g. spade sql --allow-write "copy (select * from episodes) to 'ep.parquet'"
     """
     cfg = resolve(preset, config, overrides, store)
     try:
-        frame = query(open_store(cfg), statement)
+        frame = query(open_store(cfg), statement, read_only=not allow_write)
     except duckdb.Error as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        refused = None if allow_write else _refusal(exc)
+        if refused is not None:
+            print(f"error: {refused} ({READ_ONLY_HINT})", file=sys.stderr)
+            raise typer.Exit(1) from None
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         raise typer.Exit(2) from None
     if output_format == "json":
         rows = [{k: _jsonable(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
