@@ -155,3 +155,33 @@ def frame(table: str, n: int = 2) -> pd.DataFrame:
         row[first] = f"{row[first]}-{i}"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def write_stage(store: Any, run_id: str, gen: int, stage: str, tables: dict[str, pd.DataFrame]) -> Any:
+    """Write ``tables`` as stage ``stage``'s files of generation ``gen`` and its marker listing them, as a
+    finished stage leaves them (readers take the files a marker lists). Returns the marker's record."""
+    from spade_core.pipeline.markers import StageRecord, write_marker
+
+    written = [store.write_table(t, f, run_id=run_id, gen=gen, stage=stage) for t, f in tables.items()]
+    record = StageRecord(
+        stage=stage,
+        run_id=run_id,
+        gen=gen,
+        artifact_hash="test",
+        digest=stage,
+        files={w.table: [w.path] for w in written},
+        sizes={w.path: w.size for w in written},
+        file_digests={w.path: w.digest for w in written},
+    )
+    write_marker(store, record)
+    return record
+
+
+def as_stage(ctx: Any, name: str, fn: Any) -> Any:
+    """Run ``fn(run)`` as the body of stage ``name`` through the pipeline's ``execute``, so that the stage's
+    marker lists the files it wrote, as a finished stage leaves them; returns what ``fn`` returned."""
+    from spade_core.pipeline.stage import Stage, execute
+
+    out: list[Any] = []
+    execute(Stage(name, lambda run, model: out.append(fn(run))), ctx, {})
+    return out[0]

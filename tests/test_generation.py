@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from samples import as_stage, write_stage
 
 from spade_core.catalog import query
 from spade_core.config import load_config
@@ -47,7 +48,7 @@ class Result:
     def __init__(self, cfg, store: Store, run_id: str, gen: int, records) -> None:  # type: ignore[no-untyped-def]
         ctx = GenerationContext(cfg, store, run_id, gen)
         self.records = records
-        self.designs = ctx.read("designs", ["design", "repair"])
+        self.designs = ctx.read("designs", ["design", "validate"])  # validate's marker lists its retries' designs
         self.envs = ctx.pool()
         self.memory = ctx.read("memory", ["memory"])
         self.diversity = records["pool"].info["diversity"]
@@ -198,7 +199,7 @@ def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_gener
     )
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "abl", 1)
     assert documents.run(ctx, tiny_generator) == {"rows": 0}
-    docs = ctx.read("documents", ["documents"])
+    docs = ctx.store.read_table("documents", ctx.run_id, ctx.gen, stages=["documents"])
     designs = design(ctx, docs, tiny_generator, Memory.seeded(cfg.memory))
     assert docs.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
 
@@ -343,14 +344,14 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
             }
         ]
     )
-    ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1, "validate", shard=0)
-    ctx.write("designs", designs, "design", 0)
-    validate.run(ctx, None)  # type: ignore[arg-type]
-    assert novelty.run(ctx, None) == {"checked": 1, "rejected": 1}  # type: ignore[arg-type]
+    ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1)
+    as_stage(ctx, "design", lambda run: run.write("designs", designs, "design", 0))
+    as_stage(ctx, "validate", lambda run: validate.run(run, None))
+    assert as_stage(ctx, "novelty", lambda run: novelty.run(run, None)) == {"checked": 1, "rejected": 1}
     row = final_verdicts(ctx.store, "nov", 1).iloc[0]
     assert (bool(row.ok), row.error_type) == (False, "not_novel") and "cosine similarity" in row.message
     # The verdict is the novelty stage's own row: the validation stays as the validate stage wrote it.
-    assert bool(ctx.read("validations", ["validate"]).iloc[0].ok)
+    assert bool(ctx.store.read_table("validations", ctx.run_id, ctx.gen, stages=["validate"]).iloc[0].ok)
 
 
 def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> None:
@@ -408,11 +409,14 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
     )
     repairer = Repairer()
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "rep", 1)
-    ctx.write("designs", designs, "design", 0)
-    repairs, validations = validate_shard(ctx, designs, 0, repairer)
+    as_stage(ctx, "design", lambda run: run.write("designs", designs, "design", 0))
+    repairs, validations = as_stage(ctx, "validate", lambda run: validate_shard(run, designs, 0, repairer))
     # The repair is a row of its own (attempt 1); the design stage's file is untouched.
     assert list(validations["attempt"]) == [0, 1] and list(validations["ok"]) == [False, True]
-    assert repairs.iloc[0].code == fixed and ctx.read("designs", ["design"]).iloc[0].code == "x = (\n"
+    assert (
+        repairs.iloc[0].code == fixed
+        and ctx.store.read_table("designs", ctx.run_id, ctx.gen, stages=["design"]).iloc[0].code == "x = (\n"
+    )
     final = final_designs(ctx.store, "rep", 1).iloc[0]
     assert (final.attempt, final.code, bool(final.ok)) == (1, fixed, True)
     (request,) = repairer.seen
@@ -421,6 +425,8 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
 
 def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: Path) -> None:
     import json
+
+    import pandas as pd
 
     from spade_core.envs.seeds import load_seed_envs
     from spade_core.llm.base import Completion
@@ -454,15 +460,17 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
     ctx = GenerationContext(cfg, store, "retry", 1)
     from spade_core.pipeline.stages import documents
 
-    documents.run(ctx, None)  # type: ignore[arg-type]
+    as_stage(ctx, "documents", lambda run: documents.run(run, None))
     docs = ctx.read("documents", ["documents"])
     designer = Designer()
-    first = design(ctx, docs, designer, ctx.previous_memory())
+    first = as_stage(ctx, "design", lambda run: design(run, docs, designer, run.previous_memory()))
     # As the validate stage reads its shard: the store's column order, not the design stage's dict order.
-    retries, validations = validate_shard(ctx, ctx.read_shard("designs", "design", 0), 0, designer)
+    retries, validations = as_stage(
+        ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, designer)
+    )
     assert list(validations["attempt"]) == [0, 1, 2] and list(validations["ok"]) == [False, False, True]
     assert list(retries["design_id"]) == [first.iloc[0].design_id] * 2  # one prompt, its later attempts
-    fresh = ctx.read("documents", ["retry"])
+    fresh = ctx.store.read_table("documents", ctx.run_id, ctx.gen, stages=["retry"])
     assert len(fresh) == 2 and set(retries["doc_id"]) == set(fresh["doc_id"])
     assert first.iloc[0].doc_id not in set(fresh["doc_id"])  # each retry reads a fresh document
     prompt = json.loads(retries.iloc[1].prompt)[-1]["content"]
@@ -472,10 +480,13 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
     # With one attempt fewer the prompt yields no valid design: nothing to reward, and it is counted.
     cfg2 = load_config("tiny", overrides=[*overrides, "designer.max_attempts=2", f"store.root={tmp_path}"])
     ctx2 = GenerationContext(cfg2, store, "retry2", 1)
-    documents.run(ctx2, None)  # type: ignore[arg-type]
+    as_stage(ctx2, "documents", lambda run: documents.run(run, None))
     designer2 = Designer()
-    validate_shard(
-        ctx2, design(ctx2, ctx2.read("documents", ["documents"]), designer2, ctx2.previous_memory()), 0, designer2
+    designs2 = as_stage(
+        ctx2, "design", lambda run: design(run, run.read("documents", ["documents"]), designer2, run.previous_memory())
     )
+    as_stage(ctx2, "validate", lambda run: validate_shard(run, designs2, 0, designer2))
+    for step in range(cfg2.training.steps_per_generation):  # nothing was valid, so nothing was played
+        write_stage(store, "retry2", 1, f"rollout-s{step}", {"episodes": pd.DataFrame()})
     summary = reward.run(ctx2, None)  # type: ignore[arg-type]
     assert summary["rewarded"] == 0 and summary["failed_prompts"] == 1

@@ -11,6 +11,7 @@ from textwrap import dedent
 
 import pandas as pd
 import pytest
+from samples import as_stage
 
 from spade_core import repairs
 from spade_core.config import ValidationConfig, load_config
@@ -204,8 +205,8 @@ def test_the_store_shows_which_designs_passed_only_thanks_to_a_repair(tmp_path: 
     cfg = load_config("tiny", overrides=overrides)
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "rep", 1)
     codes = [MISSING_IMPORT, UNCLOSED_BRACE, "import random\n" + MISSING_IMPORT]
-    design(ctx, pd.DataFrame(), ScriptedDesigner(codes), ctx.previous_memory())
-    validate_shard(ctx, ctx.read_shard("designs", "design", 0), 0, None)
+    as_stage(ctx, "design", lambda run: design(run, pd.DataFrame(), ScriptedDesigner(codes), run.previous_memory()))
+    as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, None))
     final = final_designs(ctx.store, "rep", 1).set_index("completion")
     rows = [final.loc[f"```python\n{c}```"] for c in codes]
     assert [list(r.repairs) for r in rows] == [["stdlib_imports"], ["fstring_braces"], []]

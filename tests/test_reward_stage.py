@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from samples import ROWS
+from samples import ROWS, write_stage
 
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
@@ -55,14 +55,13 @@ def _store_generation(store: Store, run: str, gen: int, leaked: set[str] = froze
         for p, r in enumerate(returns):
             row = {"episode_id": f"{env_id}-h-{p}", "env_id": env_id, "condition": "hint", "seed": 100 + p}
             episodes.append((0, ROWS["episodes"] | row | {"episode_return": r}))
-    write = store.write_table
-    write("designs", pd.DataFrame(designs), run_id=run, gen=gen, stage="design")
-    write("validations", pd.DataFrame(validations), run_id=run, gen=gen, stage="validate")
-    write("pool", pd.DataFrame(pool), run_id=run, gen=gen, stage="pool")
-    write("hints", pd.DataFrame(hints), run_id=run, gen=gen, stage="hint")
+    write_stage(store, run, gen, "design", {"designs": pd.DataFrame(designs)})
+    write_stage(store, run, gen, "validate", {"validations": pd.DataFrame(validations)})
+    write_stage(store, run, gen, "pool", {"pool": pd.DataFrame(pool)})
+    write_stage(store, run, gen, "hint", {"hints": pd.DataFrame(hints)})
     for step in (0, 1):
         frame = pd.DataFrame([e for s, e in episodes if s == step]).assign(policy_step=(gen - 1) * 2 + step)
-        write("episodes", frame, run_id=run, gen=gen, stage=f"rollout-s{step}")
+        write_stage(store, run, gen, f"rollout-s{step}", {"episodes": frame})
 
 
 def _rewards(tmp_path: Path, *overrides: str, gen: int = 1, **kwargs) -> tuple[dict, pd.DataFrame]:  # type: ignore[no-untyped-def]
@@ -71,7 +70,7 @@ def _rewards(tmp_path: Path, *overrides: str, gen: int = 1, **kwargs) -> tuple[d
     _store_generation(store, "r", gen, **kwargs)
     ctx = GenerationContext(cfg, store, "r", gen)
     summary = reward.run(ctx, None)  # type: ignore[arg-type]
-    frame = ctx.read("designer_rewards", ["reward"]).set_index("design_id")
+    frame = store.read_table("designer_rewards", "r", gen, stages=["reward"]).set_index("design_id")
     return summary, frame
 
 

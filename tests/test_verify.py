@@ -149,3 +149,51 @@ def test_repair_takes_only_the_damaged_stage_and_those_after_it(tmp_path: Path) 
     kept = set(list_markers(ctx.store, "r")[1])
     assert kept == {r.name for r in records[:middle]}
     assert read_marker(ctx.store, "r", 1, records[middle].name) is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_spade_run_after_a_file_of_a_finished_generation_is_deleted_redoes_that_stage_only(
+    tmp_path: Path, micro_model_dir: str
+) -> None:
+    """The case a user met: a finished run's rollout file deleted, then ``spade run`` reused every stage,
+    ``spade status`` said complete and the episodes were gone from every query. Now status says the stage
+    is damaged, and the same ``spade run`` redoes that shard (and only what its digest changes)."""
+    import subprocess
+
+    from test_resume import OVERRIDES, REPO, spade_command, spade_env
+
+    from spade_core.catalog import query
+
+    root = str(tmp_path / "store")
+    sets = [f"--set={o}" for o in [*OVERRIDES, f"model.name_or_path={micro_model_dir}"]]
+    command = spade_command("run", "--run-id", "v", "--store", root, *sets)
+    env = spade_env(tmp_path)
+
+    def run() -> None:
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def episodes() -> tuple[int, int]:
+        rows = query(Store(root), "select count(*), count(distinct episode_id) from episodes")
+        return int(rows.iloc[0, 0]), int(rows.iloc[0, 1])
+
+    run()
+    store = Store(root)
+    before = {path: store.read_bytes(path) for path in store.fs.glob(f"{root}/runs/v/gen=1/stages/*.json")}
+    count = episodes()
+    shard = read_marker(store, "v", 1, "rollout-s0", 0)
+    assert shard is not None and count[0] == count[1] > 0
+    os.remove(shard.files["episodes"][0])
+    status = subprocess.run(
+        spade_command("status", "v", "--store", root), cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert "gen 1 incomplete" in status.stdout and "rollout-s0:damaged" in status.stdout, status.stdout
+    run()
+    after = {path: store.read_bytes(path) for path in before}
+    changed = {Path(path).stem for path in before if before[path] != after[path]}
+    # The damaged shard ran again; every stage before the plays is untouched.
+    assert "rollout-s0-0" in changed
+    assert not changed & {"documents", "design", "validate", "pool", "hint", "rollout-s0-1"}, changed
+    assert episodes() == count

@@ -119,12 +119,12 @@ class GenerationContext:
 
     def _listed(self, table: str, stage: str) -> list[str]:
         """The files of ``table`` that ``stage``'s marker lists (a sharded stage's lists its shards' files)."""
-        from spade_core.pipeline.markers import read_marker
+        from spade_core.pipeline.markers import listed_files
 
-        record = self.upstream.get(stage) or read_marker(self.store, self.run_id, self.gen, stage)
-        if record is None:
+        files = listed_files(self.store, self.run_id, self.gen, stage, table, record=self.upstream.get(stage))
+        if files is None:
             raise StoreError(f"run {self.run_id} gen {self.gen}: stage {stage!r} has no marker (it has not finished)")
-        return [self.store.locate(p) for p in record.files.get(table, [])]
+        return files
 
     def read_shard(self, table: str, stage: str, shard: int) -> pd.DataFrame:
         """Exactly one (stage, shard) file of this generation's ``table``."""

@@ -113,6 +113,18 @@ def read_marker(store: Store, run_id: str, gen: int, stage: str, shard: int | No
         return None
 
 
+def listed_files(
+    store: Store, run_id: str, gen: int, stage: str, table: str, *, record: StageRecord | None = None
+) -> list[str] | None:
+    """The files of ``table`` that ``stage``'s marker (``record``, else the one in the store) lists, under
+    this store's root; None when the stage has no marker. Readers take these, never a glob: files other
+    commands wrote into the partition stay out, and a listed file that is gone is an error, not missing rows."""
+    record = record or read_marker(store, run_id, gen, stage)
+    if record is None:
+        return None
+    return [store.locate(path) for path in record.files.get(table, [])]
+
+
 def list_markers(store: Store, run_id: str) -> dict[int, dict[str, StageRecord]]:
     """Every marker of a run: ``{gen: {stage[-shard]: record}}``."""
     out: dict[int, dict[str, StageRecord]] = {}

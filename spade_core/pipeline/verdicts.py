@@ -11,27 +11,38 @@ from __future__ import annotations
 
 import pandas as pd
 
+from spade_core.pipeline.markers import listed_files
 from spade_core.store import Store
 
-DESIGN_STAGES = ("design", "repair")
+# The stages whose markers list ``designs`` files: the designer's replies, and the validate stage's retries
+# (repairs and fresh designs, written as ``repair-{shard}``).
+DESIGN_STAGES = ("design", "validate")
 VERDICT_COLUMNS = ["design_id", "attempt", "ok", "error_type", "message"]
+
+
+def _read(
+    store: Store, run_id: str, gen: int, table: str, stages: tuple[str, ...], columns: list[str] | None = None
+) -> pd.DataFrame:
+    """The rows of ``table`` that the markers of ``stages`` list (a stage without a marker lists none)."""
+    files = [f for stage in stages for f in (listed_files(store, run_id, gen, stage, table) or [])]
+    return store.read_files(table, files, columns=columns)
 
 
 def final_verdicts(store: Store, run_id: str, gen: int, *, novelty: bool = True) -> pd.DataFrame:
     """One row per design_id with the :data:`VERDICT_COLUMNS` of its latest attempt, sorted by design_id.
     ``novelty=False`` leaves the novelty verdicts out (what the novelty stage itself judges)."""
-    validations = store.read_table("validations", run_id, gen, stages=["validate"], columns=VERDICT_COLUMNS)
+    validations = _read(store, run_id, gen, "validations", ("validate",), VERDICT_COLUMNS)
     rejected = None
     if novelty:
         columns = ["design_id", "attempt", "novel", "similarity", "threshold"]
-        rejected = store.read_table("novelty", run_id, gen, stages=["novelty"], columns=columns)[columns]
+        rejected = _read(store, run_id, gen, "novelty", ("novelty",), columns)[columns]
     return resolve(validations[VERDICT_COLUMNS], rejected)
 
 
 def final_designs(store: Store, run_id: str, gen: int, *, novelty: bool = True) -> pd.DataFrame:
     """One row per design_id: its latest attempt's ``designs`` columns plus ``ok``, ``error_type`` and
     ``message`` of :func:`final_verdicts`, sorted by design_id."""
-    designs = store.read_table("designs", run_id, gen, stages=DESIGN_STAGES).drop(columns=["run_id", "gen"])
+    designs = _read(store, run_id, gen, "designs", DESIGN_STAGES).drop(columns=["run_id", "gen"])
     verdicts = final_verdicts(store, run_id, gen, novelty=novelty)
     if designs.empty:
         return designs.assign(ok=pd.Series(dtype=bool), error_type=None, message=None)
