@@ -13,6 +13,7 @@ Prefect is imported inside the commands, so the other commands start as fast as 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -23,6 +24,7 @@ import typer
 from spade_core.cli import app
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import SpadeConfig, StoreConfig
+from spade_core.faults import DEBUG_ENV, debugging, fault_line
 from spade_core.pipeline.markers import StageRecord
 from spade_core.progress import (
     RunConfigMismatch,
@@ -47,10 +49,21 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the generation summ
 
 
 def _quiet_prefect(verbose: bool) -> None:
-    """Prefect's per-task log lines would scroll the progress display away; the UI keeps them."""
+    """Prefect's per-task log lines would scroll the progress display away; the UI keeps them. Its log
+    lines keep no traceback unless debugging: a failure ends in one line (:func:`main`), a bug re-raises."""
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if not debugging():
+        make = logging.getLogRecordFactory()
+
+        def without_traceback(name: str, *args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = make(name, *args, **kwargs)
+            if name.startswith("prefect"):
+                record.exc_info, record.exc_text = None, None
+            return record
+
+        logging.setLogRecordFactory(without_traceback)
 
 
 class Display:
@@ -266,7 +279,18 @@ def serve(
 
 
 def main() -> None:
-    app()
+    """The console script: every command, with a store fault said in one line (:mod:`spade_core.faults`)."""
+    if "--debug" in sys.argv[1:]:
+        sys.argv.remove("--debug")
+        os.environ[DEBUG_ENV] = "1"
+    try:
+        app()
+    except Exception as exc:
+        line = None if debugging() else fault_line(exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

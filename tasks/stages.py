@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import Task, task
+from prefect import State, Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from spade_core.config import SpadeConfig
+from spade_core.faults import permanent
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord
 from spade_core.pipeline.registry import stage as stage_named
@@ -54,14 +55,26 @@ def finish_stage(cfg: SpadeConfig, run_id: str, gen: int, name: str, shards: lis
     return finish(stage_named(name, cfg, gen), _context(cfg, run_id, gen), shards)
 
 
+def retry_worth_it(task: Any, task_run: Any, state: State[Any]) -> bool:
+    """Retry a failed stage unless its error is a permanent store fault (no space, permission, no such
+    bucket: :func:`spade_core.faults.permanent`), which fails at once."""
+    try:
+        state.result()
+    except Exception as exc:
+        return not permanent(exc)
+    return True
+
+
 def task_for(stage: Stage, cfg: SpadeConfig) -> Task[..., StageRecord]:
-    """The task of ``stage``: named after it, retried with backoff when the stage is declared ``retried``."""
+    """The task of ``stage``: named after it, retried with backoff when the stage is declared ``retried``
+    (not after a permanent store fault)."""
     retried = stage.retried and cfg.orchestration.retries > 0
     options: dict[str, Any] = {"name": stage.name}
     if retried:
         options |= {
             "retries": cfg.orchestration.retries,
             "retry_delay_seconds": exponential_backoff(backoff_factor=cfg.orchestration.retry_delay_s),
+            "retry_condition_fn": retry_worth_it,
         }
     return run_stage.with_options(**options)
 
