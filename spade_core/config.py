@@ -90,6 +90,12 @@ class ModelConfig(_Section):
     )
     max_new_tokens: int = Field(1024, gt=0, description="Tokens per generation call.")
     batch_size: int = Field(32, gt=0, description="Max sequences per batched generate call.")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="CPU threads for torch (transformers backend, trainer); None = the CPUs idle when the "
+        "model loads (another busy process costs a core, not a spinning barrier).",
+    )
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout (openai/vllm).")
     max_retries: int = Field(3, ge=0, description="Retries with backoff on transient model errors.")
     server_command: list[str] | None = Field(

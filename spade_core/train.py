@@ -35,10 +35,12 @@ from spade_core.checkpoints import (
     write_checkpoint,
 )
 from spade_core.config import SpadeConfig, load_config
+from spade_core.llm.hf import pick_device
 from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.stages.reward import NAME as REWARD_STAGE
 from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
+from spade_core.threads import use_threads
 from spade_core.train_data import AGENT, DESIGNER, Batch, agent_samples, designer_samples, make_batch, mix_roles
 from spade_core.train_launch import TrainSummary
 from spade_core.train_trl import (
@@ -338,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg = load_config(None, ns.config, [])
+    if pick_device(cfg.model.device) == "cpu":
+        use_threads(cfg.model.threads)
     store = Store.from_config(cfg.store)
     summary = train_step(cfg, store, ns.run_id, ns.gen, ns.step)
     print(summary.line(), flush=True)

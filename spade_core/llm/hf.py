@@ -30,6 +30,7 @@ from typing import Any
 
 from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, ModelError, SamplingParams
 from spade_core.llm.embedded import resolve_model
+from spade_core.threads import use_threads
 
 
 def pick_device(device: str) -> str:
@@ -104,13 +105,20 @@ class TransformersGenerator:
     supports_token_prompts = True
 
     def __init__(
-        self, name_or_path: str = "embedded", device: str = "auto", dtype: str = "auto", batch_size: int = 32
+        self,
+        name_or_path: str = "embedded",
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 32,
+        threads: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
         path = resolve_model(name_or_path)
         self.device = pick_device(device)
+        if self.device == "cpu":
+            self.threads = use_threads(threads)
         self.batch_size = batch_size
         self.model_ref = name_or_path if name_or_path != "embedded" else "embedded:smollm2-135m-instruct"
         try:
@@ -126,7 +134,7 @@ class TransformersGenerator:
 
     @classmethod
     def from_config(cls, model_cfg: Any) -> TransformersGenerator:
-        return cls(model_cfg.name_or_path, model_cfg.device, model_cfg.dtype, model_cfg.batch_size)
+        return cls(model_cfg.name_or_path, model_cfg.device, model_cfg.dtype, model_cfg.batch_size, model_cfg.threads)
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         if request.prompt_ids is not None:
