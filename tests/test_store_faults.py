@@ -120,9 +120,9 @@ def test_a_generation_through_a_flaky_endpoint_equals_the_same_generation_on_a_c
         through_proxy = runner.invoke(app, [*_sql_args(roots["flaky"], proxy.url), counts])
         stats = proxy.stats()
     print(f"\nclean {clean_s:.1f} s, flaky {flaky_s:.1f} s, proxy {stats}")
-    faults = {k: stats[k] for k in ("drop", "lost", "truncate", "slowdown", "unavailable")}
-    assert all(faults.values()) and stats["delay"] > 0, stats  # every kind of fault happened
-    assert stats["retried"] >= sum(faults.values()) * 0.8, stats  # and was retried by the client
+    dropped = stats["drop"] + stats["lost"] + stats["truncate"]
+    assert dropped > 0 and stats["slowdown"] + stats["unavailable"] > 0 and stats["delay"] > 0, stats
+    assert stats["retried"] >= 0.8 * (dropped + stats["slowdown"] + stats["unavailable"]), stats  # by the client
 
     stores = {name: Store(root, endpoint_url=s3_endpoint) for name, root in roots.items()}
     clean, flaky = _ids(stores["clean"], "g"), _ids(stores["flaky"], "g")
@@ -139,7 +139,7 @@ def test_a_generation_through_a_flaky_endpoint_equals_the_same_generation_on_a_c
 
 def _fill(store: Store) -> None:
     for gen in (1, 2):
-        for shard in range(4):
+        for shard in range(2):
             store.write_table("episodes", frame("episodes", 3), run_id="r", gen=gen, stage="rollout", shard=shard)
     store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
     store.write_text(store.run_dir("r") + "/config.yaml", "seed: 0\n")
@@ -158,12 +158,12 @@ def test_writes_reads_and_sql_through_a_flaky_endpoint_see_every_row(s3_endpoint
         stats = proxy.stats()
     print(f"\nproxy {stats}")
     assert stats["retried"] > 0 and stats["drop"] + stats["lost"] + stats["truncate"] > 0, stats
-    assert len(episodes) == 24 and config == b"seed: 0\n"
+    assert len(episodes) == 12 and config == b"seed: 0\n"
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == [{"gen": 1, "n": 12, "ids": 3}, {"gen": 2, "n": 12, "ids": 3}]
+    assert json.loads(result.stdout) == [{"gen": 1, "n": 6, "ids": 3}, {"gen": 2, "n": 6, "ids": 3}]
     clean = Store(root, endpoint_url=s3_endpoint)
     pd.testing.assert_frame_equal(clean.read_table("episodes", "r"), episodes)
-    assert [query(clean, f"select count(*) as n from {t}").n[0] for t in ("episodes", "hints")] == [24, 2]
+    assert [query(clean, f"select count(*) as n from {t}").n[0] for t in ("episodes", "hints")] == [12, 2]
 
 
 def test_a_missing_bucket_fails_on_its_first_answer(s3_endpoint: str) -> None:
