@@ -9,9 +9,10 @@ the right columns, not an error.
 docs/DESIGN.md §12): DuckDB reaches no file but through the store, and the store only through a
 :class:`~spade_core.fs.ReadOnlyFileSystem`. ``enable_external_access`` is off, with the store's root as the
 one allowed directory (under the read-only filesystem's URL scheme), and ``lock_configuration`` is on, so a
-statement cannot turn either back. ``COPY ... TO``, ``EXPORT DATABASE``, ``ATTACH``, ``INSTALL`` and any file
-function outside the store are refused by DuckDB; a write into the store is refused by the filesystem.
-Tables created in the in-memory database are allowed: they change nothing outside the process.
+statement cannot turn either back (only the :data:`TUNABLE` settings stay open). ``COPY ... TO``,
+``EXPORT DATABASE``, ``ATTACH``, ``INSTALL`` and any file function outside the store are refused by DuckDB;
+a write into the store is refused by the filesystem. Tables created in the in-memory database are allowed:
+they change nothing outside the process.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ LOCAL_SCHEME = "spade-store"
 """The URL scheme a read-only connection reads a local store under (``spade-store:///abs/root/...``)."""
 
 
+TUNABLE = ("threads", "memory_limit", "preserve_insertion_order")
+"""Settings a read-only query may still change: they tune the work, not what the connection can reach."""
+
+
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -35,6 +40,7 @@ def _read_only_root(con: duckdb.DuckDBPyConnection, store: Store) -> str:
     root = store.base.rstrip("/") if store.is_s3 else f"{LOCAL_SCHEME}://{store.base.rstrip('/')}"
     con.register_filesystem(ReadOnlyFileSystem(store.fs, "s3" if store.is_s3 else LOCAL_SCHEME))
     con.execute(f"SET allowed_directories = [{_quote(root + '/')}]")
+    con.execute(f"SET allowed_configs = [{', '.join(_quote(name) for name in TUNABLE)}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return root

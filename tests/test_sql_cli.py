@@ -160,6 +160,8 @@ def test_sql_cannot_write_into_the_store_or_anywhere_else(filled: tuple[Store, l
     for statement in [
         "set enable_external_access = true",
         "set lock_configuration = false",
+        "set allowed_configs = ['enable_external_access']",
+        f"set temp_directory = '{outside.with_suffix('')}'",
         f"attach '{outside.with_suffix('.db')}' as other",
         f"export database '{outside.with_suffix('')}'",
         "select * from read_text('/etc/hostname')",
@@ -169,7 +171,8 @@ def test_sql_cannot_write_into_the_store_or_anywhere_else(filled: tuple[Store, l
     # Queries still read every table, in-memory tables included.
     result = runner.invoke(app, ["sql", *args, "--format", "json", "select count(*) as n from episodes"])
     assert result.exit_code == 0 and json.loads(result.stdout) == [{"n": 14}], result.output
-    result = runner.invoke(app, ["sql", *args, "--format", "json", "create table t as select 1 as x; select * from t"])
+    statement = "set threads = 1; create table t as select 1 as x; select * from t"
+    result = runner.invoke(app, ["sql", *args, "--format", "json", statement])
     assert result.exit_code == 0 and json.loads(result.stdout) == [{"x": 1}], result.output
 
 
