@@ -209,3 +209,24 @@ def test_every_s3_store_retries_with_the_standard_mode(s3_bucket: str, s3_endpoi
     config = fs.s3.meta.config
     assert config.retries == {"mode": "standard", "total_max_attempts": MAX_ATTEMPTS}
     assert (fs.retries, config.connect_timeout, config.read_timeout) == (S3FS_RETRIES, 5, 30)
+
+
+def test_the_flaky_proxy_is_bounded_in_requests_and_time(s3_endpoint: str) -> None:
+    import http.client
+
+    def status(url: str) -> int:
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=5)
+        try:
+            conn.request("GET", "/spade-faults-bounds")
+            answer = conn.getresponse()
+            answer.read()
+            return answer.status
+        finally:
+            conn.close()
+
+    _bucket(s3_endpoint, "spade-faults-bounds")
+    with flaky_s3(s3_endpoint, plan=NO_FAULTS, max_requests=2, lifetime_s=1.0) as proxy:
+        assert [status(proxy.url) for _ in range(3)] == [200, 200, 503]  # the third: ProxyExhausted
+        time.sleep(1.5)
+        with pytest.raises(ConnectionRefusedError):
+            status(proxy.url)  # stopped by itself
