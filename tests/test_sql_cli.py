@@ -196,3 +196,13 @@ def test_the_installed_entry_point_refuses_a_write_in_one_line(tmp_path: Path) -
     )
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr == f"error: file access refused: {tmp_path / 'st' / 'x.csv'} ({READ_ONLY_HINT})\n"
+
+
+def test_a_damaged_file_is_one_line_and_exit_1(filled: tuple[Store, list[str]]) -> None:
+    store, args = filled
+    damaged = store.table_files("episodes", "run-a", 1)[0]
+    store.write_bytes(damaged, b"not a parquet file")
+    result = runner.invoke(app, ["sql", *args, "select count(*) from episodes"])
+    assert result.exit_code == 1 and result.stdout == "", result.output
+    assert result.stderr.startswith("error: a stored file is damaged (") and result.stderr.count("\n") == 1
+    assert damaged.removeprefix("s3://") in result.stderr and "spade verify RUN --deep" in result.stderr

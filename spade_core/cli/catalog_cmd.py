@@ -1,7 +1,8 @@
 """``spade sql``: DuckDB over the store, one view per table; read-only unless ``--allow-write``.
 
 A read-only query reaches no file but the store's, and those only to read (``spade_core.catalog``,
-docs/DESIGN.md §12); a refused write says one line and exits 1, any other SQL error one line and exits 2.
+docs/DESIGN.md §12). A refused write and a store that cannot be read (a damaged file, an endpoint gone after
+the retries) say one line and exit 1; any other SQL error says one line and exits 2.
 """
 
 from __future__ import annotations
@@ -46,6 +47,32 @@ def _refusal(exc: duckdb.Error) -> str | None:
     return None
 
 
+_DAMAGED = ("no magic bytes found", "too small to be a parquet file")
+"""What DuckDB says of a file cut short or not Parquet at all."""
+
+
+def store_fault(exc: duckdb.Error) -> str | None:
+    """What went wrong reading the store during a query (one line, with what to do), or None for a query error.
+
+    Two kinds: a damaged Parquet file (DuckDB's own error), and an error of the store's filesystem, which
+    DuckDB passes on as the text of its Python traceback (S3 gone or refusing after the retries of
+    ``spade_core.fs``).
+
+    >>> store_fault(duckdb.IOException('IO Error: No magic bytes found at end of file "x"'))  # doctest: +ELLIPSIS
+    'a stored file is damaged (IO Error: No magic bytes found at end of file "x"); find it with ...'
+    >>> store_fault(duckdb.Error("Traceback (most recent call last):\\n...\\nPermissionError: Access Denied\\n"))
+    'reading the store failed (PermissionError: Access Denied); check the store and its endpoint, then query again'
+    >>> store_fault(duckdb.IOException('IO Error: No files found that match the pattern "x.json"')) is None
+    True
+    """
+    text = str(exc)
+    if any(sign in text.lower() for sign in _DAMAGED):
+        return f"a stored file is damaged ({one_line(exc)}); find it with `spade verify RUN --deep`"
+    if text.lstrip().startswith("Traceback (most recent call last)"):
+        return f"reading the store failed ({one_line(exc)}); check the store and its endpoint, then query again"
+    return None
+
+
 def one_line(exc: BaseException) -> str:
     """The first line of a DuckDB error, or the exception line of a Python traceback DuckDB passed on.
 
@@ -53,9 +80,12 @@ def one_line(exc: BaseException) -> str:
     'OSError: [Errno 5] gone'
     >>> one_line(duckdb.CatalogException("Catalog Error: no such table\\nLINE 1: ..."))
     'Catalog Error: no such table'
+    >>> one_line(duckdb.InvalidInputException("Invalid Input Error: File 'spade-store:///s/x.parquet' too small"))
+    "Invalid Input Error: File '/s/x.parquet' too small"
     """
     lines = [line for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
-    return lines[-1] if lines[0].startswith("Traceback (most recent call last)") else lines[0]
+    line = lines[-1] if lines[0].startswith("Traceback (most recent call last)") else lines[0]
+    return line.replace(f"{LOCAL_SCHEME}://", "")  # a local store's paths as the user wrote them
 
 
 def _jsonable(value: Any) -> Any:
@@ -110,6 +140,10 @@ def sql(
         refused = None if allow_write else _refusal(exc)
         if refused is not None:
             print(f"error: {refused} ({READ_ONLY_HINT})", file=sys.stderr)
+            raise typer.Exit(1) from None
+        fault = store_fault(exc)
+        if fault is not None:
+            print(f"error: {fault}", file=sys.stderr)
             raise typer.Exit(1) from None
         print(f"error: {one_line(exc)}", file=sys.stderr)
         raise typer.Exit(2) from None
