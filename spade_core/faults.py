@@ -20,7 +20,9 @@ _ERRNO_ADVICE = {
     errno.EPERM: ("operation not permitted", "fix the permissions or use --store elsewhere"),
     errno.EROFS: ("read-only file system", "use --store on a writable location"),
     errno.EIO: ("input/output error", "check the disk, then `spade verify RUN --deep`"),
+    errno.EBUSY: ("the store is throttling requests (SlowDown) after retries", "wait, then `spade resume RUN`"),
 }
+_WRITING = (errno.ENOSPC, errno.EDQUOT)  # faults that only a write meets
 
 
 def debugging() -> bool:
@@ -69,7 +71,7 @@ def permanent(exc: BaseException) -> bool:
     (True, False)
     """
     for item in _chain(exc):
-        if isinstance(item, OSError) and item.errno in _ERRNO_ADVICE and item.errno != errno.EIO:
+        if isinstance(item, OSError) and item.errno in _ERRNO_ADVICE and item.errno not in (errno.EIO, errno.EBUSY):
             return True
         name = type(item).__name__
         code = str((getattr(item, "response", None) or {}).get("Error", {}).get("Code", ""))
@@ -81,7 +83,8 @@ def permanent(exc: BaseException) -> bool:
 def _describe(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.errno in _ERRNO_ADVICE:
         what, advice = _ERRNO_ADVICE[exc.errno]
-        where = f" writing {exc.filename}" if exc.filename else ""
+        verb = "writing" if exc.errno in _WRITING else "on"
+        where = f" {verb} {exc.filename}" if exc.filename else ""
         return f"{what}{where}; {advice}"
     name = type(exc).__name__
     module = type(exc).__module__ or ""

@@ -79,6 +79,11 @@ def test_permanent_faults_are_told_from_transient_ones() -> None:
     assert permanent(OSError(errno.EACCES, "Permission denied", "/s"))
     assert permanent(OSError(errno.EROFS, "Read-only file system", "/s"))
     assert not permanent(OSError(errno.EIO, "Input/output error", "/s"))
+    slowdown = OSError(errno.EBUSY, "SlowDown", "s3://b/k")  # what s3fs raises once its retries gave up
+    assert not permanent(slowdown) and "throttling requests (SlowDown)" in str(fault_line(slowdown))
+    assert fault_line(OSError(errno.EACCES, "denied", "/s/x")) == (
+        "error: permission denied on /s/x; fix the permissions or use --store elsewhere"
+    )
     assert not permanent(TimeoutError())
     chained = RuntimeError("stage failed")
     chained.__cause__ = OSError(errno.ENOSPC, "No space left on device", "/s/x")
