@@ -7,6 +7,13 @@ its single source (:data:`spade_core.envs.contract.CONTRACT`), the target skill 
 examples of the same skill (positive: in-band win rate, high regret, with code; negative: too easy or too
 hard, by class name only), and asks for a *different* environment. Code is taken from the reply's
 ```python block; validation happens in the jail.
+
+What a small model copies decides whether its design loads (a 135M designer mostly copies the nearest
+example), so every piece of code the prompt shows is a complete module that passes the validator: the
+contract's example is shown as a fenced module with its imports (:func:`contract_sections`), and memory
+examples come whole or not at all (:meth:`spade_core.memory.Memory.positives`; the paper presets keep the
+authors' cut). The reply is asked for code first, its one-sentence summary after the block, so a reply
+cut by the token budget loses the summary, not the code.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import textwrap
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -29,6 +37,11 @@ DESIGNER_SYSTEM = (
 )
 
 TRUNCATION_MARKER = "[Document truncated at ~{n} words]"
+CONTRACT_EXAMPLE_HEADING = "Example (game):"
+REPLY_FORMAT = (
+    "Reply with the complete module in ONE ```python block first, starting with its imports (`import random`, "
+    "`from spade_env import ...`), then one sentence after the block that summarises the environment."
+)
 
 _FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[ \t]*\n(?P<body>.*?)(?:```|\Z)", re.S)
 
@@ -182,6 +195,20 @@ def interaction_steps(difficulty: str) -> int:
     return 2 if difficulty == "easy" else 3
 
 
+def contract_sections(contract: str = CONTRACT) -> tuple[str, str]:
+    """The contract's rules and its example module, dedented: the prompt shows the example as a fenced
+    module, so a designer that copies it copies a complete one (docs/DESIGN.md §5).
+
+    >>> rules, example = contract_sections("Rules here.\\n\\nExample (game):\\n\\n    import random\\n    class E: ...")
+    >>> rules, example
+    ('Rules here.', 'import random\\nclass E: ...\\n')
+    """
+    rules, found, example = contract.partition(CONTRACT_EXAMPLE_HEADING)
+    if not found:
+        raise ValueError(f"the contract has no {CONTRACT_EXAMPLE_HEADING!r} section")
+    return rules.strip(), textwrap.dedent(example.strip("\n")).strip() + "\n"
+
+
 def env_class_name(code: str) -> str | None:
     """The environment class of a module: the top-level class whose body defines ``reset`` or that subclasses
     ``ToolEnv``; else the last class named ``...Env``; else the first class; None without one. Works on code
@@ -231,11 +258,13 @@ def design_messages(
     """The chat prompt of one design (docs/DESIGN.md §7 step 3).
 
     In order: the document (already cut, see :func:`truncate_document`) with the grounding rules, the
-    authors' interactive spec and how the agent acts in this kind, the contract (it rules: interface,
-    determinism, rewards), the robustness rules and self-check, target skill, difficulty and the number of
-    interaction steps, then the memory: positives of the same skill with their (cut) code, negatives of
-    the same skill by class name only (``spade/core/env_memory.py:125-151``). An example of another skill
-    is an error: the memory retrieves by skill.
+    authors' interactive spec and how the agent acts in this kind, the contract's rules (they rule:
+    interface, determinism, rewards) and its example as a complete fenced module, the robustness rules and
+    self-check, target skill, difficulty and the number of interaction steps, then the memory: positives
+    of the same skill with their code as the memory gives it (whole, or cut in the paper presets),
+    negatives of the same skill by class name only (``spade/core/env_memory.py:125-151``), and last the
+    reply format: the code block first, the summary after it. An example of another skill is an error:
+    the memory retrieves by skill.
     """
     kind = skill_kind(skill)
     _check_skill(positives, skill, "positive")
@@ -248,9 +277,11 @@ def design_messages(
         )
     parts.append(INTERACTIVE_SPEC)
     parts.append(GAME_ACTIONS if kind == "game" else TOOL_ACTIONS)
+    rules, example = contract_sections()
+    parts.append(f"Environment contract (its rules override anything above that disagrees):\n\n{rules}")
     parts.append(
-        "Environment contract (its rules override anything above that disagrees; its short example shows "
-        f"the interface only, not the interactivity required above):\n\n{CONTRACT}"
+        "A complete module that follows the contract (a game; it shows the interface only, not the "
+        f"interactivity required above):\n\n```python\n{example}```"
     )
     parts.append(ROBUSTNESS)
     kind_text = (
@@ -275,10 +306,7 @@ def design_messages(
             "Avoid environments like these (the agent almost always or almost never won them):\n"
             + "\n".join(_negative_line(e) for e in negatives)
         )
-    parts.append(
-        "Create a NEW environment that is different from the examples. Reply with a one-sentence "
-        "summary, then the complete module in a single ```python block."
-    )
+    parts.append(f"Create a NEW environment that is different from the examples. {REPLY_FORMAT}")
     return [{"role": "system", "content": DESIGNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 

@@ -13,7 +13,10 @@ paper defaults in brackets):
 - **Positives** (step 3): same skill, ``lo <= win_rate <= hi`` [0.15, 0.85], sorted by regret, highest
   first (ties: newest first); the pool is the top ``max(3k, 10)`` (``env_memory.py:96-99``); with an rng
   ``k`` are sampled from the pool without replacement, else the first ``k`` are taken. Returned highest
-  regret first, their code cut to ``code_chars`` [2000] characters (what the designer sees).
+  regret first, with the code the designer sees (:func:`prompt_code`): ``memory.example_code = "cut"``
+  [the authors'] cuts it to ``code_chars`` [2000] characters; ``"whole"`` shows the whole module, and an
+  entry longer than ``code_chars`` is no positive at all (it leaves the pool before the draw), because a
+  small designer copies what it is shown and a module cut mid-way copies into one that cannot load.
 - **Negatives** (step 3): same skill, ``win_rate > negative_high`` [0.9] or ``< negative_low`` [0.1]; with an
   rng, ``k`` sampled uniformly without replacement, else the ``k`` newest. The prompt shows them by class
   name only (:attr:`MemoryEntry.class_name`), never their code. Win rates in (0.85, 0.9] or [0.1, 0.15) are
@@ -21,7 +24,7 @@ paper defaults in brackets):
 - **Stored code**: an entry keeps its whole module, because replay (below) plays it and the novelty
   filter compares with it; the cut to ``code_chars`` [2000] (the authors store only that snippet,
   ``env_memory.py:60``) is applied where code enters the prompt, so the designer sees what the authors'
-  designer sees.
+  designer sees (``example_code = "cut"``, the paper presets'; they start from an empty memory).
 - **Replay** (step 6, beyond the paper): the top ``k`` in-band entries of any skill by regret; an empty
   memory replays nothing.
 - Sampling is deterministic given the rng's seed. ``enabled = False`` (the "no memory" ablation) makes
@@ -77,6 +80,28 @@ class MemoryEntry:
     def class_name(self) -> str:
         """The environment class's name, as a negative example shows it (the env_id when no class is found)."""
         return env_class_name(self.code) or self.env_id
+
+
+def prompt_code(code: str, code_chars: int, whole: bool) -> str | None:
+    """The code of a positive example as the design prompt shows it (docs/DESIGN.md §7.3): cut to its first
+    ``code_chars`` characters [the authors'], or with ``whole`` the whole module when it has at most
+    ``code_chars`` characters, else None (the example is not shown).
+
+    >>> prompt_code("import random\\nclass E: ...\\n", 8, whole=False)
+    'import r'
+    >>> prompt_code("import random\\nclass E: ...\\n", 8, whole=True) is None
+    True
+    >>> prompt_code("class E: ...\\n", 40, whole=True)
+    'class E: ...\\n'
+    """
+    if not whole:
+        return code[:code_chars]
+    return code if len(code) <= code_chars else None
+
+
+def _whole_examples(cfg: MemoryConfig) -> bool:
+    """Whether ``memory.example_code`` is ``"whole"`` (a config without the field cuts, as the authors)."""
+    return getattr(cfg, "example_code", "cut") == "whole"
 
 
 def _rng(rng: random.Random | int | None) -> random.Random | None:
@@ -167,19 +192,25 @@ class Memory:
     def _newest_first(self) -> list[MemoryEntry]:
         return list(reversed(self._entries.values()))
 
-    def positives(self, skill: str, k: int = 2, rng: random.Random | int | None = None) -> list[MemoryEntry]:
+    def positives(
+        self, skill: str, k: int = 2, rng: random.Random | int | None = None, *, whole: bool | None = None
+    ) -> list[MemoryEntry]:
         """Up to ``k`` same-skill, in-band entries drawn from the top ``max(3k, 10)`` by regret, highest regret
-        first, their code cut to ``code_chars`` for the prompt."""
+        first, their code as the prompt shows it (:func:`prompt_code`). ``whole`` (None: from
+        ``memory.example_code``) shows whole modules and leaves out entries longer than ``code_chars``."""
         skill_kind(skill)
         if not self.cfg.enabled or k <= 0:
             return []
+        whole = _whole_examples(self.cfg) if whole is None else whole
         lo, hi = self.cfg.positive_win_rate
-        in_band = [e for e in self._newest_first() if e.skill == skill and lo <= e.win_rate <= hi]
+        shown = {e.env_id: prompt_code(e.code, self.cfg.code_chars, whole) for e in self if e.skill == skill}
+        in_band = [e for e in self._newest_first() if e.env_id in shown and lo <= e.win_rate <= hi]
+        in_band = [e for e in in_band if shown[e.env_id] is not None]  # "whole": too long to show, not drawn
         size = max(POSITIVE_POOL_FACTOR * k, POSITIVE_POOL_MIN)
         pool = sorted(in_band, key=lambda e: -e.regret)[:size]  # stable sort: ties stay newest first
         generator = _rng(rng)
         chosen = pool[:k] if generator is None or len(pool) <= k else generator.sample(pool, k)
-        return [replace(e, code=e.code[: self.cfg.code_chars]) for e in sorted(chosen, key=lambda e: -e.regret)]
+        return [replace(e, code=str(shown[e.env_id])) for e in sorted(chosen, key=lambda e: -e.regret)]
 
     def negatives(self, skill: str, k: int = 1, rng: random.Random | int | None = None) -> list[MemoryEntry]:
         """Up to ``k`` same-skill entries the agent almost always or almost never wins (shown by class name)."""

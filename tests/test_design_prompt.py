@@ -1,16 +1,21 @@
-"""The designer prompt against the authors' spec (issue 14 item 4): the interactive requirements, the
-document truncation marker, memory examples (same skill; negatives by name only; code cut), skills per
+"""The designer prompt against the authors' spec: the interactive requirements, the document truncation
+marker, memory examples (same skill; negatives by name only; code cut as the authors', or whole or not at
+all), the code a copying designer sees (complete modules), the reply format (code first), skills per
 generation by kind, and the memory's start per preset (docs/DESIGN.md §7 steps 1-3, §7.3)."""
 
 from __future__ import annotations
 
+import ast
 import random
 import re
+import textwrap
 
 import pytest
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, MemoryConfig, load_config
 from spade_core.design import (
+    REPLY_FORMAT,
+    contract_sections,
     design_messages,
     env_class_name,
     interaction_steps,
@@ -18,7 +23,11 @@ from spade_core.design import (
     truncate_document,
 )
 from spade_core.envs.contract import CONTRACT
+from spade_core.envs.seeds import load_seed_envs
 from spade_core.memory import Memory, MemoryEntry
+from spade_core.validate import validate_code
+
+FENCED = re.compile(r"```python\n(.*?)```", re.S)
 
 
 def user_text(*args, **kwargs) -> str:  # type: ignore[no-untyped-def]
@@ -48,7 +57,9 @@ def test_prompt_states_every_requirement_of_the_interactive_spec(skill: str) -> 
     assert "reminds the agent how to write its next action" in lowered
     assert "trace two different action sequences" in lowered  # the self-check
     assert "literal brace must be doubled" in lowered and "before calling `reset`" in lowered  # robustness
-    assert CONTRACT in user  # our contract still rules, quoted whole
+    rules, example = contract_sections()
+    assert rules in user and f"```python\n{example}```" in user  # our contract still rules, quoted whole
+    assert CONTRACT.startswith(rules) and textwrap.indent(example.rstrip(), "    ") in CONTRACT  # one source
 
 
 def test_goal_steps_follow_the_difficulty() -> None:
@@ -82,7 +93,49 @@ def test_the_prompt_orders_document_spec_contract_target_then_memory() -> None:
     marks = ["<document>", "HIDDEN STATE", CONTRACT[:40], "Target skill:", "### Example 1", "Avoid environments"]
     positions = [user.index(m) for m in marks]
     assert positions == sorted(positions)
-    assert user.rstrip().endswith("the complete module in a single ```python block.")
+    assert user.rstrip().endswith(REPLY_FORMAT)
+
+
+def test_the_reply_is_asked_for_code_first_and_the_summary_after_it() -> None:
+    # A reply cut by the token budget then loses its summary, not its code; a model that writes the
+    # summary first may stop before any code.
+    last = user_text(None, "optimization", "medium").rstrip().rsplit("\n\n", 1)[-1]
+    assert last.index("```python block first") < last.index("one sentence after the block")
+    assert "import random" in last  # the imports open the module
+
+
+# -- what a copying designer copies: complete modules only -------------------------------------------------
+def test_the_contract_example_in_the_prompt_is_a_complete_module_that_passes_the_validator() -> None:
+    user = user_text(None, "optimization", "medium")
+    (example,) = FENCED.findall(user)
+    assert example == contract_sections()[1] and example.startswith("import random\n")
+    result = validate_code(example, load_config("tiny").validation)
+    assert result.ok, (result.error_type, result.message)
+
+
+def test_contract_sections_refuse_a_contract_without_its_example() -> None:
+    with pytest.raises(ValueError, match="Example"):
+        contract_sections("Rules only.")
+
+
+@pytest.mark.parametrize("skill", [*GAME_SKILLS, *TOOL_SKILLS])
+def test_whole_memory_examples_reach_the_prompt_as_modules_that_parse(skill: str) -> None:
+    memory = Memory.seeded(MemoryConfig(code_chars=10_000))
+    positives = memory.positives(skill, 2, random.Random(0), whole=True)
+    (seed,) = [s for s in load_seed_envs() if s.skill == skill]
+    assert [p.code for p in positives] == [seed.code]  # the whole module, not a cut
+    blocks = FENCED.findall(user_text("Doc.", skill, "medium", positives))
+    assert len(blocks) == 2  # the contract's example and the memory example
+    for block in blocks:
+        ast.parse(block)  # a module cut mid-way would not parse
+
+
+def test_whole_mode_leaves_out_a_memory_example_that_does_not_fit() -> None:
+    memory = Memory.seeded()  # code_chars 2000: every seed module is longer
+    assert all(len(s.code) > 2000 for s in load_seed_envs())
+    assert memory.positives("optimization", 2, random.Random(0), whole=True) == []
+    user = user_text("Doc.", "optimization", "medium", memory.positives("optimization", 2, whole=True))
+    assert "### Example" not in user and len(FENCED.findall(user)) == 1
 
 
 # -- the truncation marker ---------------------------------------------------------------------------------
@@ -145,7 +198,7 @@ def test_examples_of_another_skill_are_an_error(which: str) -> None:
         design_messages(None, "optimization", "medium", **{which: [other]})
 
 
-def test_memory_to_prompt_same_skill_examples_with_code_cut_to_2000() -> None:
+def test_memory_to_prompt_same_skill_examples_with_code_cut_to_2000_as_the_authors() -> None:
     tail = "# tail_marker_beyond_2000\n"
     long_code = "class LongGoodEnv:\n    def reset(self, seed=None): ...\n" + "    # pad\n" * 300 + tail
     assert len(long_code) > 2100

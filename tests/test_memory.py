@@ -185,6 +185,27 @@ def test_positives_show_code_cut_to_code_chars_while_the_entry_keeps_it_whole() 
     assert short.code == "class LongEnv:\n"
 
 
+def test_whole_positives_show_the_whole_module_or_leave_the_entry_out() -> None:
+    short = "import random\n\nclass ShortEnv:\n    def reset(self, seed=None): ...\n"
+    long_code = "class LongEnv:\n" + "    # padding line\n" * 400
+    entries = [
+        MemoryEntry("S", "optimization", "game", short, 0.5, 0.1, 1),
+        MemoryEntry("L", "optimization", "game", long_code, 0.5, 0.9, 1),  # higher regret, but too long
+    ]
+    memory = Memory(MemoryConfig(code_chars=2000), entries)
+    assert [(e.env_id, e.code) for e in memory.positives("optimization", k=2, whole=True)] == [("S", short)]
+    for seed in range(10):  # drawn from the modules that fit: never the long one, never a cut
+        assert ids(memory.positives("optimization", k=1, rng=random.Random(seed), whole=True)) == ["S"]
+    assert ids(memory.positives("optimization", k=2, whole=False)) == ["L", "S"]  # the authors' cut keeps both
+    wide = Memory(MemoryConfig(code_chars=len(long_code)), entries)
+    assert [e.code for e in wide.positives("optimization", k=2, whole=True)] == [long_code, short]
+
+
+def test_positives_cut_by_default_as_the_authors() -> None:
+    (shown,) = Memory.seeded().positives("optimization", k=1)
+    assert len(shown.code) == MemoryConfig().code_chars
+
+
 def test_seeded_positives_are_cut_to_2000_characters() -> None:
     memory = Memory.seeded()
     for seed in load_seed_envs():
