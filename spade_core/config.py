@@ -240,6 +240,12 @@ class ScoringConfig(_Section):
         description="Weight of the plateau term in blend [0.6]; independent of regret_weight, as the authors' "
         "(their characterization tests use 1.0 and 1.0).",
     )
+    zero_leaked_regret: bool = Field(
+        True,
+        description="An environment whose hint still leaks the solution after rollout.hint_rewrites gets regret 0 "
+        "(its hinted plays measure the leak, not the environment) [on; off in the paper presets: the authors "
+        "check no leak].",
+    )
     regret_scale: float = Field(0.15, gt=0, description="Regret normaliser in blend [0.15].")
     plateau_low: float = Field(0.4, ge=0, le=1, description="Win-rate plateau start [0.4].")
     plateau_high: float = Field(0.6, ge=0, le=1, description="Win-rate plateau end [0.6].")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_core.config import ConfigError, SpadeConfig, available_presets, load_config
+from spade_core.config import PRESET_DIR, ConfigError, SpadeConfig, available_presets, load_config
 
 
 @pytest.mark.parametrize("preset", ["tiny", "gpu-1x", "gpu-8x"])
@@ -168,6 +168,14 @@ PAPER = {
     # Repairs before validation (spade/core/utils/parsing.py repair_fstring_braces, the standard-library
     # names of spade/core/envs/synthetic_game_env.py).
     "validation.code_repairs": ["fstring_braces", "stdlib_imports"],
+    # Neither codebase designs the next pool while training the current one.
+    "orchestration.async_generations": False,
+    # The authors check no hint for leaks: no rewrite, no regret zeroed.
+    "rollout.hint_rewrites": 0,
+    "scoring.zero_leaked_regret": False,
+    # --spade-corpus-seed 42; the corpus file is the user's (--spade-corpus-file), ours ships Wikipedia leads.
+    "seed": 42,
+    "corpus.source": "embedded",
 }
 PAPER_GAMES = {
     **PAPER,
@@ -176,6 +184,7 @@ PAPER_GAMES = {
     "training.steps_per_generation": 4,
     "training.beta": 0.0,
     "rollout.hint_max_new_tokens": 4096,
+    "evaluation.every": 0,  # --eval-interval 100000 --skip-eval-before-train: no in-loop eval
 }
 PAPER_TOOL_USE = {
     **PAPER,
@@ -184,6 +193,8 @@ PAPER_TOOL_USE = {
     "training.steps_per_generation": 8,
     "training.beta": 0.005,
     "rollout.hint_max_new_tokens": 2048,
+    "evaluation.every": 4,  # --eval-interval 32 rollout steps = 4 generations of K = 8
+    "evaluation.suites": ["reasoning_gym", "bfcl"],  # theirs: AIME avg32 (not offline) and BFCL
 }
 
 
@@ -191,5 +202,27 @@ PAPER_TOOL_USE = {
 def test_paper_presets_reproduce_the_authors_launch_scripts(preset: str, expected: dict[str, object]) -> None:
     cfg = load_config(preset)
     for key, value in expected.items():
-        section, name = key.split(".")
-        assert getattr(getattr(cfg, section), name) == value, key
+        node: object = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        assert node == value, key
+
+
+@pytest.mark.parametrize(("preset", "generations"), [("paper-games", 100), ("paper-tool-use", 50)])
+def test_paper_presets_state_the_400_step_horizon(preset: str, generations: int) -> None:
+    # --num-rollout 400 rollout steps; the generation count is spade run's option, so the preset says it.
+    assert generations * load_config(preset).training.steps_per_generation == 400
+    text = (PRESET_DIR / f"{preset}.yaml").read_text()
+    assert f"spade run --preset {preset} --generations {generations}" in text
+
+
+def test_tool_use_evaluates_every_32_rollout_steps() -> None:
+    cfg = load_config("paper-tool-use")
+    assert cfg.evaluation.every * cfg.training.steps_per_generation == 32
+
+
+def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
+    for preset in ("tiny", "gpu-1x", "gpu-8x", None):
+        cfg = load_config(preset)
+        assert cfg.orchestration.async_generations, preset
+        assert cfg.scoring.zero_leaked_regret and cfg.rollout.hint_rewrites >= 1, preset

@@ -48,7 +48,8 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     episodes = ctx.read("episodes", [instance_name("rollout", 0)], EPISODE_COLUMNS)[EPISODE_COLUMNS]
     hints = ctx.read("hints", ["hint"], ["env_id", "leaks_solution"])
     envs = scored_envs(designs, ctx.pool())
-    scores = score_environments(episodes, envs, ctx.cfg.scoring, leaked=leaked_env_ids(hints))
+    leaked = leaked_env_ids(hints) if ctx.cfg.scoring.zero_leaked_regret else frozenset()
+    scores = score_environments(episodes, envs, ctx.cfg.scoring, leaked=leaked)
     ctx.write("env_scores", scores, NAME)
     # A valid environment whose no-hint plays all broke has no win rate: no row, listed here.
     return {"rows": len(scores), "broken_envs": broken_env_ids(episodes)}
