@@ -280,7 +280,12 @@ class TrainingConfig(_Section):
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = Field("dapo", description="TRL loss type.")
     epsilon: float = Field(0.2, gt=0, description="Lower clip range [0.2].")
     epsilon_high: float = Field(0.28, gt=0, description="Upper clip range [0.28].")
-    beta: float = Field(0.0, ge=0, description="KL coefficient (0 = no reference model) [0 games, 0.005 tool use].")
+    beta: float = Field(
+        0.0,
+        ge=0,
+        description="KL coefficient against the base model (checkpoint 0, model.name_or_path), Slime's low_var_kl: "
+        "k3 clamped to ±10 per token (0 = no reference model is loaded) [0 games, 0.005 tool use].",
+    )
     learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate [1e-6].")
     lr_schedule: Literal["constant", "constant_with_warmup"] = Field(
         "constant", description="Learning-rate schedule over the run's global steps [constant]."

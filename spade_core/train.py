@@ -30,6 +30,7 @@ import pandas as pd
 from spade_core.checkpoints import (
     first_step,
     model_for_step,
+    model_path_for_checkpoint,
     newest_checkpoint_at_or_below,
     optimizer_state_dir,
     write_checkpoint,
@@ -101,6 +102,13 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     agent = [_with_skill(s, skill_of.get(s.env_id or "")) for s in agent]
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
     return make_batch(mixed, skipped_episodes=skipped)
+
+
+def kl_reference(cfg: SpadeConfig, store: Store, run_id: str) -> str | None:
+    """The model the KL term is taken against: the base model (checkpoint 0, ``model.name_or_path``), as the
+    authors' ``--ref-load`` (their ``cmd/tool_use/_train_spade_blend.sh:140``); None when ``training.beta``
+    is 0, so no reference is loaded (docs/DESIGN.md §7)."""
+    return model_path_for_checkpoint(cfg, store, run_id, 0) if cfg.training.beta > 0 else None
 
 
 def _with_skill(sample: Any, skill: str | None) -> Any:
@@ -260,7 +268,10 @@ def _run_trainer(
         # gradient, but counted, so dropping them changes no update), never the padding rows.
         samples = len(batch.samples()) + summary.dropped_samples
         scale = sample_mean_scale(cfg.training.loss_type, total, samples)
-        trainer_class = spade_trainer_class(cfg.training.tis_low, cfg.training.tis_high, scale)
+        reference = kl_reference(cfg, store, run_id)
+        trainer_class = spade_trainer_class(
+            cfg.training.tis_low, cfg.training.tis_high, scale, kl_coef=cfg.training.beta, reference=reference
+        )
         trainer = trainer_class(
             model=model_path,
             reward_funcs=stored_reward,

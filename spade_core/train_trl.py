@@ -12,6 +12,10 @@
   behaviour log-prob keep weight 1. It also scales the loss by :func:`sample_mean_scale`, so that a
   per-sample loss averages over the step's samples and not over the padding rows that fill the last
   micro-batch.
+- With ``training.beta`` > 0 the subclass adds the KL term itself, against the *base model* (checkpoint 0,
+  as the authors' ``--ref-load``), with Slime's ``low_var_kl`` clamp (:func:`low_var_kl`). TRL's own term
+  would take the step's starting checkpoint as its reference (the policy before this one update, so the
+  term is ~0) and cannot clamp; so TRL runs with ``beta=0`` and loads no reference of its own.
 - :class:`OptimizerState` loads the run's one AdamW state (and its scheduler) when training begins, so the
   optimizer carries from step to step across processes (docs/DESIGN.md §7: one optimizer for the run).
 """
@@ -127,21 +131,118 @@ def sample_mean_scale(loss_type: str, rows: int, samples: int) -> float:
     return rows / samples if loss_type in PER_ROW_LOSSES else 1.0
 
 
-def spade_trainer_class(tis_low: float, tis_high: float, loss_scale: float = 1.0) -> Any:
-    """``GRPOTrainer`` with SPADE's advantages, truncated importance sampling and the loss scaled by
-    ``loss_scale`` (:func:`sample_mean_scale`; see the module doc)."""
+KL_CLAMP = 10.0  # Slime clamps low_var_kl to [-10, 10] per token
+
+
+def low_var_kl(logps: Any, ref_logps: Any) -> Any:
+    """Slime's ``low_var_kl`` per token: the k3 estimator of KL(policy || reference), clamped to ±10.
+
+    With ``d = ref_logp - logp``: ``kl = exp(d) - d - 1`` (>= 0, zero when the two agree), then
+    ``clamp(kl, -10, 10)`` (Slime ``slime/utils/ppo_utils.py:12-51``, the clamp at 47-49; added to the loss
+    as ``kl_coef * sum_of_sample_mean(kl)``, ``slime/backends/megatron_utils/loss.py:972-986``). A clamped
+    token has no gradient.
+
+    >>> import torch
+    >>> kl = low_var_kl(torch.tensor([-1.0, -1.0, -20.0]), torch.tensor([-1.0, -2.0, -1.0]))
+    >>> [round(x, 4) for x in kl.tolist()]  # equal; exp(-1) - (-1) - 1; exp(19) - 20 clamped
+    [0.0, 0.3679, 10.0]
+    """
+    import torch
+
+    d = ref_logps.float() - logps.float()
+    return torch.clamp(torch.exp(d) - d - 1.0, min=-KL_CLAMP, max=KL_CLAMP)
+
+
+def spade_trainer_class(
+    tis_low: float,
+    tis_high: float,
+    loss_scale: float = 1.0,
+    kl_coef: float = 0.0,
+    reference: str | None = None,
+) -> Any:
+    """``GRPOTrainer`` with SPADE's advantages, truncated importance sampling, the loss scaled by
+    ``loss_scale`` (:func:`sample_mean_scale`) and, when ``kl_coef`` > 0, ``kl_coef`` times the
+    :func:`low_var_kl` term against the model at ``reference`` (the base model; see the module doc)."""
     import torch
     from trl import GRPOTrainer
+
+    if kl_coef > 0 and not reference:
+        raise ValueError(f"a KL coefficient {kl_coef} needs a reference model path")
 
     class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         tis_bounds = (tis_low, tis_high)
         sample_mean_scale = loss_scale
+        kl = (kl_coef, reference)
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.kl_reference = self._load_reference() if self.kl[0] > 0 else None
+            self._policy_logps: Any = None
+
+        def _load_reference(self) -> Any:
+            """The reference model, built and placed as TRL builds its own (frozen, dropout off, the fused
+            head TRL's log-prob forward calls)."""
+            from transformers import AutoModelForCausalLM
+            from trl.models import prepare_deepspeed, prepare_fsdp
+            from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
+
+            policy: Any = self.model
+            args: Any = self.args
+            dtype = next(policy.parameters()).dtype
+            ref = AutoModelForCausalLM.from_pretrained(str(self.kl[1]), dtype=dtype).eval().requires_grad_(False)
+            disable_dropout_in_model(ref)
+            add_fused_lm_head(ref, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+            if self.is_deepspeed_enabled:
+                return prepare_deepspeed(ref, self.accelerator)
+            if self.is_fsdp_enabled:
+                return prepare_fsdp(ref, self.accelerator)
+            return self.accelerator.prepare_model(ref, evaluation_mode=True)
 
         def compute_loss(
             self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
         ) -> Any:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             return loss * self.sample_mean_scale if self.sample_mean_scale != 1.0 else loss
+
+        def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+            out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            if kwargs.get("compute_entropy") and torch.is_grad_enabled():  # the loss's forward: keep for the KL
+                self._policy_logps = out[0]
+            return out
+
+        def _compute_loss(self, model: Any, inputs: Any) -> Any:
+            self._policy_logps = None
+            loss = super()._compute_loss(model, inputs)
+            if self.kl_reference is None:
+                return loss
+            if self._policy_logps is None:
+                raise RuntimeError("TRL's loss computed no per-token log-probs to take the KL term from")
+            mask = inputs["completion_mask"]
+            mask = mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+            kl = low_var_kl(self._policy_logps, inputs["reference_logps"])
+            self._log_kl(kl.detach(), mask)
+            return loss + self.kl[0] * self._aggregate(kl, mask, inputs)
+
+        def _aggregate(self, per_token: Any, mask: Any, inputs: Any) -> Any:
+            """TRL's aggregation of a per-token loss for ``loss_type`` (its ``GRPOTrainer._compute_loss``), so
+            the KL term is averaged as the policy term is: grpo = Slime's mean of per-sample token means."""
+            accumulation = self.current_gradient_accumulation_steps
+            masked = per_token * mask
+            if self.loss_type == "grpo":
+                return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+            if self.loss_type == "bnpo":
+                return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
+            if self.loss_type == "dr_grpo":
+                return masked.sum() / (per_token.size(0) * self.max_completion_length) / accumulation
+            if self.loss_type == "dapo":
+                args: Any = self.args
+                items = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+                return masked.sum() / (items * accumulation / args.steps_per_generation)
+            raise ValueError(f"training.loss_type {self.loss_type!r} has no KL aggregation")
+
+        def _log_kl(self, kl: Any, mask: Any) -> None:
+            totals = self.accelerator.reduce(torch.stack([(kl * mask).sum(), mask.sum().float()]), reduction="sum")
+            self._metrics["train"]["kl"].append(float((totals[0] / totals[1].clamp(min=1.0)).item()))
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)
@@ -150,23 +251,30 @@ def spade_trainer_class(tis_low: float, tis_high: float, loss_scale: float = 1.0
             loss_mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
             weights = self._tis_weights(out, loss_mask)
             out["advantages"] = advantages.unsqueeze(1) * weights
+            if self.kl_reference is not None:
+                out["reference_logps"] = self._logps(self.kl_reference, out)
             return out
+
+        def _logps(self, model: Any, out: dict[str, Any]) -> Any:
+            """Per-token log-probs of ``model`` on the completions (no gradient)."""
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    model,
+                    ids,
+                    attention,
+                    out["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
+            return logps
 
         def _tis_weights(self, out: dict[str, Any], loss_mask: Any) -> Any:
             behaviour = out.get("sampling_per_token_logps")
             if behaviour is None:
                 self._log_tis(torch.ones_like(loss_mask, dtype=torch.float32), loss_mask, clipped=None)
                 return torch.ones_like(loss_mask, dtype=torch.float32)
-            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-            with torch.no_grad():
-                train_logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model,
-                    ids,
-                    attention,
-                    out["completion_ids"].size(1),
-                    batch_size=self.args.per_device_train_batch_size,
-                )
+            train_logps = self._logps(self.model, out)
             known = ~torch.isnan(behaviour)
             raw = torch.exp(torch.where(known, train_logps - torch.nan_to_num(behaviour), torch.zeros_like(behaviour)))
             weights = torch.clamp(raw, min=self.tis_bounds[0], max=self.tis_bounds[1])
@@ -253,7 +361,7 @@ def grpo_args(cfg: Any, batch: Batch, output_dir: str, num_processes: int) -> tu
         loss_type=t.loss_type,
         epsilon=t.epsilon,
         epsilon_high=t.epsilon_high,
-        beta=t.beta,
+        beta=0.0,  # the KL term against the base model is the subclass's own (spade_trainer_class)
         bf16=bool(on_gpu and t.bf16),
         use_cpu=not on_gpu,
         gradient_checkpointing=bool(t.gradient_checkpointing),

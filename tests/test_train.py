@@ -14,6 +14,7 @@ import pytest
 import torch
 from agents import OracleAgent, oracle_answers
 from safetensors.torch import load_file
+from samples import write_stage
 from typer.testing import CliRunner
 
 from spade_core.checkpoints import (
@@ -21,6 +22,7 @@ from spade_core.checkpoints import (
     model_for_step,
     model_path_for_checkpoint,
     read_marker,
+    write_checkpoint,
 )
 from spade_core.cli import app
 from spade_core.config import RolloutConfig, load_config
@@ -141,13 +143,12 @@ DESIGN_TABLES = ("designs", "validations", "designer_rewards")
 
 def _store_generation(store: Store, frames: dict[str, pd.DataFrame]) -> None:
     """The designs (and their reward) as generation 1 wrote them; the plays and pool as generation 2's."""
-    for table, frame in frames.items():
-        gen = 1 if table in DESIGN_TABLES else GEN
-        store.write_table(table, frame, run_id=RUN, gen=gen, stage=STAGE_OF[table])
+    for table, frame in frames.items():  # with their stage markers: readers take the files a marker lists
+        write_stage(store, RUN, 1 if table in DESIGN_TABLES else GEN, STAGE_OF[table], {table: frame})
     pool = pd.DataFrame(
         [{"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code} for e in ENVS]
     )
-    store.write_table("pool", pool.assign(source="replay"), run_id=RUN, gen=GEN, stage="pool")
+    write_stage(store, RUN, GEN, "pool", {"pool": pool.assign(source="replay")})
 
 
 def _params(path: str) -> dict[str, torch.Tensor]:
@@ -225,6 +226,7 @@ def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(micro_fram
     assert set(metrics["role"]) == {AGENT, DESIGNER} and set(metrics["step"]) == {S0}
     assert metrics["loss"].map(math.isfinite).all() and (metrics["tokens"] > 0).all()
     assert (metrics["learning_rate"] == 1e-4).all()  # constant schedule
+    assert metrics["kl"].isna().all()  # beta 0: no reference model is loaded, no KL term
     # Behaviour log-probs were stored by the engine (the raw distribution's, though it sampled at temperature
     # 0.6; the oracle's plays and the designer's reply have none): this step is on-policy, so every weight is 1.
     assert (metrics["tis_weight_mean"] - 1.0).abs().max() < 1e-4, metrics["tis_weight_mean"].tolist()
@@ -239,7 +241,7 @@ def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(micro_fram
     # One optimizer for the run: the next step (the same stored plays stand in for its own) continues the
     # AdamW state of the checkpoint it plays, and redoing that step after a "kill" gives the same weights.
     step1 = micro_frames["episodes"].assign(policy_step=S0 + 1)
-    store.write_table("episodes", step1, run_id=RUN, gen=GEN, stage="rollout-s1")
+    write_stage(store, RUN, GEN, "rollout-s1", {"episodes": step1})
     train_step(cfg, store, RUN, GEN, 1)
     optimizer = torch.load(Path(store.checkpoint_dir(RUN, S0 + 2)) / "optimizer.pt", weights_only=True)
     assert {int(v["step"]) for v in optimizer["state"].values()} == {2}  # AdamW's own count: two updates
@@ -262,6 +264,42 @@ def test_truncated_importance_weights_are_capped_when_the_behaviour_policy_diffe
     train_step(cfg, store, RUN, GEN, 0)
     metrics = store.read_table("train_metrics", run_id=RUN, gen=GEN)
     assert metrics["tis_weight_mean"].tolist() == [1.5] and metrics["tis_clipped_fraction"].tolist() == [1.0]
+
+
+def _far_checkpoint(store: Store, base: str, out: Path) -> None:
+    """Checkpoint S0 of the run: the base micro model with every weight moved (noise of std 0.05, about its
+    initial scale), a policy far from the base as after many updates."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    model.save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (Path(base) / name).is_file():
+            shutil.copy(Path(base) / name, out / name)
+    write_checkpoint(store, out, RUN, S0, {"kind": "full", "parent_step": 0})
+
+
+def test_kl_is_taken_against_the_base_model_and_clamped(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The authors' tool use: --kl-loss-coef 0.005, low_var_kl, --ref-load = the base model.
+    kl_on = ("training.beta=0.005", "training.drop_zero_advantage=false", "designer.train=false")
+    far, same = Store(str(tmp_path / "far")), Store(str(tmp_path / "same"))
+    for store in (far, same):
+        _store_generation(store, micro_frames)
+    _far_checkpoint(far, micro_model_dir, tmp_path / "far-model")
+    train_step(_cfg(far.base, *kl_on, model=micro_model_dir), far, RUN, GEN, 0)
+    # The step's own starting checkpoint as the reference (what the trainer used before): here the step
+    # starts from the base model itself, so policy and reference agree and the term is ~0.
+    train_step(_cfg(same.base, *kl_on, model=micro_model_dir), same, RUN, GEN, 0)
+    (far_kl,) = far.read_table("train_metrics", run_id=RUN, gen=GEN)["kl"].tolist()
+    (same_kl,) = same.read_table("train_metrics", run_id=RUN, gen=GEN)["kl"].tolist()
+    assert 0.01 < far_kl <= 10.0, far_kl  # clamped per token to [-10, 10], as Slime's low_var_kl
+    assert abs(same_kl) < 1e-5, same_kl
 
 
 def test_lora_under_accelerate_launch_on_s3_loads_back(micro_frames, micro_model_dir, s3_bucket, s3_endpoint) -> None:  # type: ignore[no-untyped-def]
