@@ -296,6 +296,14 @@ class TrainingConfig(_Section):
     adam_beta2: float = Field(0.98, gt=0, lt=1, description="AdamW beta2 [0.98].")
     tis_low: float = Field(0.0, ge=0, description="Truncated importance sampling: lower clamp of the weight [0].")
     tis_high: float = Field(2.0, gt=0, description="Truncated importance sampling: upper clamp of the weight [2.0].")
+    global_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Samples per optimizer step, as the authors' --global-batch-size [None = every sample of the "
+        "step; 192 in the paper presets]: the designer's samples first, then the agent's, trimmed to this many (a "
+        "short batch is padded with inert copies, which count in the loss's mean only when beta > 0, as in "
+        "Slime); every environment is played ceil(G / pool size) times per step instead of rollout.plays_no_hint.",
+    )
     per_device_batch_size: int = Field(4, ge=1, description="Samples per device per micro-batch.")
     designer_fraction: float = Field(
         0.5, ge=0, le=1, description="Cap on the designer's share of the batch (0 = agent only, 1 = designer only)."

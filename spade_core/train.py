@@ -42,7 +42,15 @@ from spade_core.pipeline.stages.reward import NAME as REWARD_STAGE
 from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
 from spade_core.threads import use_threads
-from spade_core.train_data import AGENT, DESIGNER, Batch, agent_samples, designer_samples, make_batch, mix_roles
+from spade_core.train_data import (
+    AGENT,
+    DESIGNER,
+    Batch,
+    agent_samples,
+    designer_samples,
+    make_batch,
+    mix_roles,
+)
 from spade_core.train_launch import TrainSummary
 from spade_core.train_trl import (
     OptimizerState,
@@ -101,7 +109,29 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     skill_of = dict(zip(pool["env_id"], pool["skill"], strict=True))
     agent = [_with_skill(s, skill_of.get(s.env_id or "")) for s in agent]
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
-    return make_batch(mixed, skipped_episodes=skipped)
+    return make_batch(mixed, skipped_episodes=skipped, size=cfg.training.global_batch_size)
+
+
+def loss_denominator(cfg: SpadeConfig, batch: Batch, dropped: int) -> int:
+    """The samples a per-sample loss averages over: the batch's, and those ``drop_zero_advantage`` left out
+    (no gradient, but counted, so dropping them changes no update), never the padding rows — except that
+    with ``training.global_batch_size`` G and a KL term, the mean is over G, inert pads included.
+
+    Slime divides by the global batch size; the authors rescale the real samples' rewards by G / n_real
+    to undo their inert pads only when the KL coefficient is 0 (``spade/slime/spade_rollout.py:844-860``),
+    so with a KL term a short batch's loss is the real samples' sum over G (docs/DESIGN.md §7).
+
+    >>> from spade_core.config import load_config
+    >>> from spade_core.train_data import Sample
+    >>> b = Batch([Sample("agent", "g", [], [1], [1], 0.0)] * 100)
+    >>> fixed = ["training.global_batch_size=192"]
+    >>> no_kl, kl = load_config(None, overrides=fixed), load_config(None, overrides=[*fixed, "training.beta=0.005"])
+    >>> loss_denominator(no_kl, b, 0), loss_denominator(kl, b, 0), loss_denominator(load_config(None), b, 3)
+    (100, 192, 103)
+    """
+    samples = len(batch.samples()) + dropped
+    size = cfg.training.global_batch_size
+    return max(samples, size) if size is not None and cfg.training.beta > 0 else samples
 
 
 def kl_reference(cfg: SpadeConfig, store: Store, run_id: str) -> str | None:
@@ -219,6 +249,7 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
         designer_samples=len(batch.samples(DESIGNER)),
         zero_variance_groups=batch.zero_signal_groups(),
         skipped_episodes=batch.skipped_episodes,
+        trimmed_samples=batch.trimmed,
         tokens_trained=sum(x.trained_tokens for x in batch.samples()),
     )
     meta: dict[str, Any] = {"parent_step": parent, "base_model": cfg.model.name_or_path}
@@ -264,10 +295,7 @@ def _run_trainer(
         args, total = grpo_args(cfg, batch, tmp, state.num_processes)
         rollouts = StoredRollouts(batch, total)
         recorder = _recorder()
-        # The samples a per-sample loss averages over: the batch's, and those drop_zero_advantage left out (no
-        # gradient, but counted, so dropping them changes no update), never the padding rows.
-        samples = len(batch.samples()) + summary.dropped_samples
-        scale = sample_mean_scale(cfg.training.loss_type, total, samples)
+        scale = sample_mean_scale(cfg.training.loss_type, total, loss_denominator(cfg, batch, summary.dropped_samples))
         reference = kl_reference(cfg, store, run_id)
         trainer_class = spade_trainer_class(
             cfg.training.tis_low, cfg.training.tis_high, scale, kl_coef=cfg.training.beta, reference=reference

@@ -72,6 +72,7 @@ class Batch:
 
     samples_: list[Sample] = field(default_factory=list)
     skipped_episodes: int = 0  # no token ids (a model error before the first turn) or no agent token
+    trimmed: int = 0  # samples cut to fit training.global_batch_size
 
     def samples(self, role: str | None = None) -> list[Sample]:
         return [s for s in self.samples_ if role is None or s.role == role]
@@ -97,7 +98,7 @@ class Batch:
         (['e1', 'e2'], 1)
         """
         kept = [s for s in self.samples_ if abs(s.advantage) >= 1e-12]
-        return Batch(kept, self.skipped_episodes), len(self.samples_) - len(kept)
+        return Batch(kept, self.skipped_episodes, self.trimmed), len(self.samples_) - len(kept)
 
     def reward_stats(self, role: str) -> tuple[float, float]:
         rewards = [s.reward for s in self.samples(role)]
@@ -283,8 +284,29 @@ def _keep_groups(samples: list[Sample], budget: float, rng: random.Random) -> li
     return sorted(kept, key=lambda s: s.group)
 
 
-def make_batch(samples: list[Sample], skipped_episodes: int = 0) -> Batch:
+def make_batch(samples: list[Sample], skipped_episodes: int = 0, size: int | None = None) -> Batch:
     """The step's batch: the designer's samples first (the authors' order), then the agent's, each in group
-    order (advantages already set)."""
+    order (advantages already set), cut to ``size`` samples when given (:func:`trim_to`)."""
     first = {DESIGNER: 0, AGENT: 1}
-    return Batch(sorted(samples, key=lambda s: (first.get(s.role, 2), s.group, s.source_id)), skipped_episodes)
+    ordered = sorted(samples, key=lambda s: (first.get(s.role, 2), s.group, s.source_id))
+    kept = ordered if size is None else trim_to(ordered, size)
+    return Batch(kept, skipped_episodes, trimmed=len(ordered) - len(kept))
+
+
+def trim_to(samples: list[Sample], size: int) -> list[Sample]:
+    """The first ``size`` samples: with the designer's first, a surplus sheds the agent's tail, as the authors
+    (``spade/slime/spade_rollout.py:663-666`` put the designer first so that ``[:global_batch_size]``,
+    lines 835-842, never drops it). A short batch is kept whole: its padding is inert rows (zero loss mask)
+    the trainer adds (``spade_core.train_trl.StoredRollouts``; the authors' lines 821-833).
+
+    Advantages are not recomputed: a group cut in two keeps the z-scores of all its plays, as theirs.
+
+    >>> d = [Sample(DESIGNER, "designer:s", [], [1], [1], 0.0, source_id=f"d{i}") for i in range(24)]
+    >>> a = [Sample(AGENT, f"agent:e{i // 8}", [], [1], [1], 0.0, source_id=f"p{i}") for i in range(192)]
+    >>> batch = trim_to(d + a, 192)
+    >>> len(batch), sum(s.role == DESIGNER for s in batch), batch[-1].source_id
+    (192, 24, 'p167')
+    >>> len(trim_to(a[:100], 192))
+    100
+    """
+    return samples[:size]

@@ -70,6 +70,7 @@ def test_hash_is_stable_and_tracks_changes() -> None:
         (["rollout"], "override 'rollout' must look like key.path=value"),
         (["designer.training_delay=1"], "designer.training_delay 1 must be >= training.steps_per_generation 2"),
         (["training.tis_low=3"], "training.tis_low 3.0 must be <= training.tis_high 2.0"),
+        (["training.global_batch_size=0"], "config key 'training.global_batch_size' has bad value 0"),
         (["scoring.plateau_weight=-0.5"], "config key 'scoring.plateau_weight' has bad value -0.5"),
         (["validation.code_repairs=[imports]"], "config key 'validation.code_repairs.0' has bad value 'imports'"),
         (["training.beta=0.01"], "training.drop_zero_advantage needs training.beta 0, got 0.01"),
@@ -176,6 +177,8 @@ PAPER = {
     # --spade-corpus-seed 42; the corpus file is the user's (--spade-corpus-file), ours ships Wikipedia leads.
     "seed": 42,
     "corpus.source": "embedded",
+    # --global-batch-size 192 (spade/slime/spade_rollout.py:821-842), plays ceil(192 / n) per game.
+    "training.global_batch_size": 192,
 }
 PAPER_GAMES = {
     **PAPER,
@@ -226,3 +229,4 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         cfg = load_config(preset)
         assert cfg.orchestration.async_generations, preset
         assert cfg.scoring.zero_leaked_regret and cfg.rollout.hint_rewrites >= 1, preset
+        assert cfg.training.global_batch_size is None, preset  # every sample of the step is trained

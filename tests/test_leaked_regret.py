@@ -45,3 +45,12 @@ def test_a_leaking_hint_zeroes_the_regret_by_default(tmp_path: Path) -> None:
 def test_the_paper_setting_keeps_the_regret_of_a_leaking_hint(tmp_path: Path) -> None:
     row = _scored(tmp_path, "scoring.zero_leaked_regret=false")
     assert (bool(row.hint_leaked), row.r_hint, row.regret) == (False, 1.0, pytest.approx(0.5))
+
+
+def test_the_designer_reward_keeps_the_regret_of_a_leaking_hint_in_the_paper_setting(tmp_path: Path) -> None:
+    from test_reward_stage import _rewards  # its generation: e2's hinted mean 0.5, first-step no-hint mean 0
+
+    variant = "scoring.designer_reward=regret"
+    _, zeroed = _rewards(tmp_path / "ours", variant, leaked={"e2"})
+    _, kept = _rewards(tmp_path / "paper", variant, "scoring.zero_leaked_regret=false", leaked={"e2"})
+    assert (zeroed.loc["d2", "raw"], kept.loc["d2", "raw"]) == (0.0, 0.5)

@@ -199,6 +199,10 @@ def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_gener
     (design,) = batch.samples(DESIGNER)
     assert (design.reward, design.advantage, design.source_id) == (0.8, 0.5, "des1")  # not z-scored
     assert build_batch(cfg, store, RUN, GEN, 1, gen.tokenizer).samples(DESIGNER) == []  # due at one step only
+    # A fixed batch size (the authors' 192, here 3): the designer's sample first, the agent's tail cut.
+    fixed = build_batch(_cfg(str(tmp_path), "training.global_batch_size=3"), store, RUN, GEN, 0, gen.tokenizer)
+    assert [s.role for s in fixed.samples()] == [DESIGNER, AGENT, AGENT] and fixed.trimmed == 2
+    assert [s.source_id for s in fixed.samples()] == [s.source_id for s in batch.samples()[:3]]
 
 
 def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]

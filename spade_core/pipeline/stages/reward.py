@@ -4,7 +4,7 @@ Runs after the generation's last step, when every play of the window exists:
 
 - window win rate = the mean return of every no-hint play of the environment over the K steps;
 - regret = mean(hinted plays) - mean(no-hint plays at the first step); no regret term (0) for an
-  environment whose hint still leaked after its rewrites;
+  environment whose hint still leaked after its rewrites (``scoring.zero_leaked_regret``, on by default);
 - the variant's raw value (``scoring.designer_reward``); a raw value < 0 is dropped; the rest are centred
   on their skill's mean (no std division) and multiplied by ``min(n_agent / n_designer · K, cap)``, with
   n_agent the no-hint plays of one step and n_designer the valid designs (counted before the drop);
@@ -27,6 +27,7 @@ from spade_core.hints import leaked_env_ids
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.names import instance_name
+from spade_core.pipeline.stages.rollout import no_hint_plays
 from spade_core.pipeline.verdicts import final_designs
 
 NAME = "reward"
@@ -77,11 +78,13 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     window = window_inputs(episodes[episodes["env_id"].isin(set(valid["env_id"]))])
     broken = sorted(window.loc[window["n_no_hint"] == 0, "env_id"])  # no usable no-hint play: unrewarded
     window = window[window["n_no_hint"] > 0]
-    leaked = leaked_env_ids(ctx.read("hints", ["hint"], ["env_id", "leaks_solution"]))
-    window.loc[window["env_id"].isin(leaked), "r_hint"] = float("nan")
+    if cfg.scoring.zero_leaked_regret:  # a hint that still leaks: no regret term
+        leaked = leaked_env_ids(ctx.read("hints", ["hint"], ["env_id", "leaks_solution"]))
+        window.loc[window["env_id"].isin(leaked), "r_hint"] = float("nan")
     envs = valid.merge(window, on="env_id", how="inner")
     pool = ctx.pool()
-    scale = env_reward_scale(len(pool) * cfg.rollout.plays_no_hint, len(envs), k, cfg.scoring.reward_scale_cap)
+    plays = len(pool) * no_hint_plays(cfg, len(pool))  # the agent's samples per step
+    scale = env_reward_scale(plays, len(envs), k, cfg.scoring.reward_scale_cap)
     frame, new_state = designer_rewards(envs, cfg.scoring.designer_reward, cfg.scoring, scale, state)
     delay = cfg.designer.training_delay or k
     out = frame.rename(columns={"win_rate": "window_win_rate"}).assign(scale=scale, train_step=ctx.first_step + delay)

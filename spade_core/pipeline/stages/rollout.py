@@ -1,7 +1,8 @@
 """Rollout (docs/DESIGN.md §7 step 6): the plays of one shard of the pool at step ``k`` of the generation.
 
-Every no-hint play (``rollout.plays_no_hint`` [8] per environment) starts from a fresh seed of its own, so
-the plays of one environment are different instances; at step 0 only, ``rollout.plays_hint`` [16] hinted
+Every no-hint play (``rollout.plays_no_hint`` [8] per environment, or ceil(G / pool size) with
+``training.global_batch_size`` G: :func:`no_hint_plays`) starts from a fresh seed of its own, so the plays of
+one environment are different instances; at step 0 only, ``rollout.plays_hint`` [16] hinted
 plays (never trained on) measure the regret. Shard ``j`` plays the ``j``-th block of
 ``orchestration.shard_size`` pool environments and writes ``episodes/rollout-s{k}-{j}``; every row carries
 the global step of the checkpoint that played it (``policy_step``).
@@ -9,10 +10,12 @@ the global step of the checkpoint that played it (``policy_step``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
 
+from spade_core.config import SpadeConfig
 from spade_core.hashing import short_hash
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
@@ -30,15 +33,30 @@ def play_seed(ctx: GenerationContext, env_id: str, condition: str, play: int, st
     return int(short_hash(key, 8), 16)
 
 
+def no_hint_plays(cfg: SpadeConfig, pool_size: int) -> int:
+    """No-hint plays per environment at every step: ``rollout.plays_no_hint``, or with
+    ``training.global_batch_size`` G set, ``ceil(G / pool size)`` as the authors
+    (``spade/core/orchestrator.py:2382``), so a pool of fewer environments still fills the batch.
+
+    >>> from spade_core.config import load_config
+    >>> cfg = load_config(None, overrides=["training.global_batch_size=192"])
+    >>> no_hint_plays(cfg, 24), no_hint_plays(cfg, 20), no_hint_plays(load_config(None), 20)
+    (8, 10, 8)
+    """
+    batch = cfg.training.global_batch_size
+    return cfg.rollout.plays_no_hint if batch is None or pool_size < 1 else math.ceil(batch / pool_size)
+
+
 def plan(ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame) -> list[EpisodeSpec]:
     """The plays of ``envs`` at this step: no-hint plays always, hinted plays at step 0 (with a hint)."""
     cfg = ctx.cfg.rollout
     hint_of = dict(zip(hints["env_id"], hints["hint"], strict=True)) if not hints.empty else {}
+    plays = no_hint_plays(ctx.cfg, len(ctx.pool())) if ctx.cfg.training.global_batch_size else cfg.plays_no_hint
     specs = []
     for e in envs.itertuples():
         specs += [
             EpisodeSpec(e.env_id, e.code, play_seed(ctx, e.env_id, "no_hint", p), "no_hint", None, p)
-            for p in range(cfg.plays_no_hint)
+            for p in range(plays)
         ]
         hint = hint_of.get(e.env_id) or None
         if hint and not ctx.step:
