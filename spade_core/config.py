@@ -266,7 +266,17 @@ class MemoryConfig(_Section):
     seed_with_library: bool = Field(
         False, description="Start the memory with the seed library [off: the paper's memory starts empty]."
     )
-    code_chars: int = Field(2000, gt=0, description="Stored code of a memory entry is cut to this length [2000].")
+    code_chars: int = Field(
+        2000,
+        gt=0,
+        description="A positive example's code in the design prompt: cut to this length [2000], or with "
+        "example_code 'whole' the longest module shown.",
+    )
+    example_code: Literal["cut", "whole"] = Field(
+        "cut",
+        description="How a positive example's code enters the design prompt: 'cut' to code_chars characters [the "
+        "authors'], 'whole' = the whole module, and an example longer than code_chars is not shown at all.",
+    )
 
 
 class TrainingConfig(_Section):

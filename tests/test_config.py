@@ -230,3 +230,9 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert cfg.orchestration.async_generations, preset
         assert cfg.scoring.zero_leaked_regret and cfg.rollout.hint_rewrites >= 1, preset
         assert cfg.training.global_batch_size is None, preset  # every sample of the step is trained
+
+
+def test_tiny_shows_memory_examples_whole_and_the_paper_presets_cut_them_as_the_authors() -> None:
+    assert load_config("tiny").memory.example_code == "whole"
+    assert load_config("paper-games").memory.example_code == "cut"
+    assert load_config("paper-tool-use").memory.example_code == "cut"
