@@ -99,11 +99,6 @@ def prompt_code(code: str, code_chars: int, whole: bool) -> str | None:
     return code if len(code) <= code_chars else None
 
 
-def _whole_examples(cfg: MemoryConfig) -> bool:
-    """Whether ``memory.example_code`` is ``"whole"`` (a config without the field cuts, as the authors)."""
-    return getattr(cfg, "example_code", "cut") == "whole"
-
-
 def _rng(rng: random.Random | int | None) -> random.Random | None:
     return random.Random(rng) if isinstance(rng, int) else rng
 
@@ -201,7 +196,7 @@ class Memory:
         skill_kind(skill)
         if not self.cfg.enabled or k <= 0:
             return []
-        whole = _whole_examples(self.cfg) if whole is None else whole
+        whole = self.cfg.example_code == "whole" if whole is None else whole
         lo, hi = self.cfg.positive_win_rate
         shown = {e.env_id: prompt_code(e.code, self.cfg.code_chars, whole) for e in self if e.skill == skill}
         in_band = [e for e in self._newest_first() if e.env_id in shown and lo <= e.win_rate <= hi]

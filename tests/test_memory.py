@@ -201,9 +201,13 @@ def test_whole_positives_show_the_whole_module_or_leave_the_entry_out() -> None:
     assert [e.code for e in wide.positives("optimization", k=2, whole=True)] == [long_code, short]
 
 
-def test_positives_cut_by_default_as_the_authors() -> None:
+def test_positives_cut_by_default_as_the_authors_and_whole_when_the_config_says_so() -> None:
     (shown,) = Memory.seeded().positives("optimization", k=1)
     assert len(shown.code) == MemoryConfig().code_chars
+    assert Memory.seeded(MemoryConfig(example_code="whole")).positives("optimization", k=1) == []  # too long
+    whole = Memory.seeded(MemoryConfig(example_code="whole", code_chars=10_000))
+    seed_code = next(s.code for s in load_seed_envs() if s.skill == "optimization")
+    assert [e.code for e in whole.positives("optimization", k=1)] == [seed_code]
 
 
 def test_seeded_positives_are_cut_to_2000_characters() -> None:
