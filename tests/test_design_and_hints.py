@@ -8,6 +8,7 @@ import pytest
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig
 from spade_core.design import (
+    contract_sections,
     design_messages,
     design_row,
     extract_code,
@@ -67,7 +68,8 @@ def test_design_prompt_quotes_contract_document_skill_and_memory() -> None:
     messages = design_messages("Ada Lovelace wrote the first program.", "optimization", "hard", [good], [bad])
     user = messages[1]["content"]
     assert messages[0]["role"] == "system"
-    assert CONTRACT in user and "Ada Lovelace" in user
+    rules, example = contract_sections(CONTRACT)  # the contract's rules, its example as a fenced module
+    assert rules in user and f"```python\n{example}```" in user and "Ada Lovelace" in user
     assert "Target skill: optimization. Difficulty: hard" in user and "GAME environment" in user
     assert "class Good" in user and "win rate 0.50" in user
     assert "- too easy (win_rate=0.95): class Bad" in user and "def reset(self)" not in user
