@@ -54,7 +54,7 @@ def _quiet_prefect(verbose: bool) -> None:
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if not debugging():
+    if not debugging() and not getattr(logging.getLogRecordFactory(), "drops_tracebacks", False):
         make = logging.getLogRecordFactory()
 
         def without_traceback(name: str, *args: Any, **kwargs: Any) -> logging.LogRecord:
@@ -63,6 +63,7 @@ def _quiet_prefect(verbose: bool) -> None:
                 record.exc_info, record.exc_text = None, None
             return record
 
+        without_traceback.drops_tracebacks = True  # type: ignore[attr-defined]
         logging.setLogRecordFactory(without_traceback)
 
 
