@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from flaky_s3 import FaultPlan, flaky_s3
 from samples import frame
+from test_resume import OVERRIDES as RESUME_OVERRIDES
 from typer.testing import CliRunner
 
 from spade_core.catalog import connect, query
@@ -29,24 +30,9 @@ NO_FAULTS = FaultPlan(drop=0, lost=0, truncate=0, slowdown=0, unavailable=0, del
 # The cheapest generation that runs every stage: one short design, two replayed seed environments, one play
 # of each kind, one step, no training; on the micro model (a random two-layer model: its text is noise).
 OVERRIDES = [
-    "designer.documents_per_generation=1",
-    "designer.group_size=1",
-    "designer.max_new_tokens=24",
-    "designer.skills_per_generation=1",
-    "designer.kind=game",
-    "designer.memory_positive=0",
-    "designer.memory_negative=0",
-    "corpus.max_words=40",
-    "corpus.max_words_tool=40",
-    "rollout.replay_envs=2",
-    "rollout.starter_envs=0",
+    *(o for o in RESUME_OVERRIDES if not o.startswith(("rollout.plays_", "orchestration.", "training.steps_"))),
     "rollout.plays_no_hint=1",
     "rollout.plays_hint=1",
-    "rollout.max_turns=2",
-    "rollout.max_tokens_per_turn=8",
-    "rollout.hint_max_words=16",
-    "memory.report_diversity=false",
-    "training.enabled=false",
     "training.steps_per_generation=1",
 ]
 IDS = {  # what identifies a row of each table within one generation
