@@ -36,10 +36,19 @@ class EnvSession:
     """
 
     def __init__(
-        self, code: str, *, max_turns: int = 12, limits: JailLimits | None = None, call_timeout_s: float = 5.0
+        self,
+        code: str,
+        *,
+        max_turns: int = 12,
+        limits: JailLimits | None = None,
+        call_timeout_s: float = 5.0,
+        own_max_turns: bool = False,
     ) -> None:
+        """``max_turns`` is given to the environment; with ``own_max_turns`` the environment keeps its own
+        default, capped at ``max_turns`` (``self.max_turns`` is then what it kept, once loaded)."""
         self.code = code
         self.max_turns = max_turns
+        self.own_max_turns = own_max_turns
         self.jail = JailedProcess(limits, call_timeout_s)
         self.kind: str | None = None
         self.tools: list[dict[str, Any]] = []
@@ -49,8 +58,9 @@ class EnvSession:
         started = self.jail.start()
         if not started.ok:
             return started
-        loaded = self.jail.call("load", source=self.code, max_turns=self.max_turns)
+        loaded = self.jail.call("load", source=self.code, max_turns=self.max_turns, own_max_turns=self.own_max_turns)
         if loaded.ok:
+            self.max_turns = int(loaded.data.get("max_turns") or self.max_turns)
             self.kind = loaded.data.get("kind")
             self.tools = loaded.data.get("tools") or []
             self.class_name = loaded.data.get("class_name")

@@ -127,6 +127,13 @@ class DesignerConfig(_Section):
         description="Attempts per design prompt [5]: an invalid design is retried with a fresh document until one "
         "is valid or the attempts run out (repair rounds count as attempts). Failed attempts are never trained on.",
     )
+    top_up_rounds: int = Field(
+        0,
+        ge=0,
+        description="Rounds that design the environments missing when fewer than documents_per_generation came "
+        "out valid: fresh prompts and documents, each with max_attempts [0: the pool is what validate left; "
+        "K - 1 in the paper presets, where the authors top the pool up at each later step of it].",
+    )
     training_delay: int | None = Field(
         None,
         ge=1,
@@ -194,8 +201,40 @@ class RolloutConfig(_Section):
     )
     plays_hint: int = Field(16, ge=0, description="Hinted plays per environment at a pool's first step [16].")
     max_turns: int = Field(25, gt=0, description="Turn limit per episode [25].")
+    game_max_turns: bool = Field(
+        False,
+        description="Each environment keeps its own max_turns (its constructor's default), capped at max_turns "
+        "[off: every environment is built with max_turns; on in the paper presets, as the authors].",
+    )
     max_tokens_per_turn: int = Field(512, gt=0, description="Agent tokens per turn.")
     max_context_tokens: int = Field(4096, gt=0, description="Conversation token limit.")
+    context_margin_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="An episode stops (truncated) once at most this many context tokens are left, and a reply is "
+        "cut to leave them [None: stop when another max_tokens_per_turn no longer fits; 64 in the paper "
+        "presets, as the authors].",
+    )
+    action: Literal["reply", "boxed"] = Field(
+        "reply",
+        description="What a game's step receives: the whole reply, or \\boxed{X} of its first \\boxed{X} "
+        "(the reply when it has none; tool-use environments always get the reply) [reply; boxed in the paper "
+        "presets, as the authors].",
+    )
+    end_without_eos: bool = Field(
+        False,
+        description="A reply cut at max_tokens_per_turn (or by context_margin_tokens), so without its end of turn, "
+        "ends the episode as truncated, return 0, without a step [off: the cut reply is played; on in the paper "
+        "presets, as the authors].",
+    )
+    step_error_return: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="A step that raises (or returns a broken tuple) ends the play, terminated, with this reward; "
+        "sandbox faults (timeout, memory, jail) are still retried [None: the play is retried, then left out, "
+        "like any fault of the environment; -1 in the paper presets, as the authors].",
+    )
     reuse_kv_cache: bool = Field(
         True,
         description="transformers backend: keep each live episode's KV cache between turns and prefill only "
@@ -327,6 +366,12 @@ class TrainingConfig(_Section):
         False,
         description="Leave samples whose advantage is 0 out of the update (needs beta 0: they then carry no "
         "gradient, only compute) [off: the authors keep them].",
+    )
+    step_on_zero_signal: bool = Field(
+        False,
+        description="A step whose every group has zero reward variance still runs the optimizer (AdamW's weight "
+        "decay and momentum move the weights) [off: the checkpoint is kept unchanged; on in the paper presets, "
+        "as the authors].",
     )
 
     @model_validator(mode="after")

@@ -14,6 +14,16 @@ then carry other sampling seeds, so the agent's replies need not repeat. Only th
 row; one that still fails keeps its ``error_type``, and scoring and training leave it out
 (:mod:`spade_core.scoring`, :func:`spade_core.train_data.agent_samples`). A ``model_error`` is not retried.
 
+Episode rules that differ between this project and the authors are settings (paper presets: theirs;
+``orchestrator.py:403-491``, ``synthetic_game_env.py:226-246, 429-434``): ``rollout.action`` (the game
+gets the whole reply, or the reply's first ``\\boxed{}``: :mod:`spade_core.actions`),
+``rollout.end_without_eos`` (a reply cut at the token limit ends the episode as truncated, unplayed),
+``rollout.context_margin_tokens`` (stop once at most that many context tokens are left, replies cut to
+leave them; otherwise stop when another whole turn no longer fits), ``rollout.game_max_turns`` (the game
+keeps its own ``max_turns``, capped at ``rollout.max_turns``) and ``rollout.step_error_return`` (a ``step``
+that raises or returns a broken tuple ends the play, terminated, with that reward; only the sandbox's own
+faults are then retried).
+
 For training, each episode keeps the token ids of the whole conversation and a loss mask: 1 on the
 agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.chat_tokens`).
 
@@ -33,9 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.jail import CallResult
-from sandbox.outcome import episode_return, is_env_error
+from sandbox.outcome import ErrorType, episode_return, is_env_error
 from sandbox.policy import JailLimits
 from sandbox.session import EnvSession, run_parallel
+from spade_core.actions import game_action
 from spade_core.agent_prompts import first_observation, system_prompt
 from spade_core.chat_tokens import ChatTokens
 from spade_core.config import RolloutConfig, SpadeConfig
@@ -43,6 +54,9 @@ from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, Genera
 from spade_core.validate import limits_from_config
 
 CONDITIONS = ("no_hint", "hint")
+# A step ending with one of these was the environment's own code (it raised or broke the return contract),
+# not its jail: with ``rollout.step_error_return`` set it scores that reward instead of being retried.
+STEP_FAULTS: frozenset[ErrorType] = frozenset({"exception", "contract_error"})
 MAX_STEP_WORKERS = 32
 NAN = float("nan")
 
@@ -149,7 +163,13 @@ class RolloutEngine:
     def _open(self, spec: EpisodeSpec, attempt: int = 0) -> _Episode:
         episode = _Episode(
             spec,
-            EnvSession(spec.code, max_turns=self.cfg.max_turns, limits=self.limits, call_timeout_s=self.call_timeout_s),
+            EnvSession(
+                spec.code,
+                max_turns=self.cfg.max_turns,
+                limits=self.limits,
+                call_timeout_s=self.call_timeout_s,
+                own_max_turns=self.cfg.game_max_turns,
+            ),
             attempt=attempt,
         )
         result = episode.session.open()
@@ -169,6 +189,8 @@ class RolloutEngine:
             episode.token_ids = chat.prompt(episode.messages)
             episode.loss_mask = [0] * len(episode.token_ids)
             episode.logprobs = [0.0] * len(episode.token_ids)
+            # the authors' check before the first reply (theirs only: ours lets the first turn run)
+            episode.done = self.cfg.context_margin_tokens is not None and self._context_spent(episode)
         return episode
 
     def _open_safely(self, spec: EpisodeSpec, attempt: int = 0) -> _Episode:
@@ -235,31 +257,58 @@ class RolloutEngine:
         if keys and isinstance(self.generator, KVCacheOwner):
             self.generator.release(keys)
 
-    def _record_reply(self, episode: _Episode, completion: Completion) -> bool:
-        """Append the agent's reply (tokens with mask 1); returns whether it ended with end-of-turn."""
+    def _context_spent(self, episode: _Episode) -> bool:
+        """Whether the conversation has no room for another reply (then the episode ends, truncated)."""
+        if self.tokenizer is None:
+            return False
+        left = self.cfg.max_context_tokens - len(episode.token_ids)
+        margin = self.cfg.context_margin_tokens
+        return left <= margin if margin is not None else left < self.cfg.max_tokens_per_turn
+
+    def _record_reply(self, episode: _Episode, completion: Completion) -> tuple[bool, bool, str]:
+        """Append the agent's reply (tokens with mask 1). Returns whether its tokens end with the end-of-turn
+        token, whether it was cut (at the token limit, or by ``rollout.context_margin_tokens``, which cuts
+        its tokens to leave that room) and its text (as cut)."""
         chat = self._chat(episode)
-        ids = completion.token_ids
+        ids, text = completion.token_ids, completion.text
+        stopped = completion.finish_reason == "stop"
         if chat is not None:
             if not ids:  # a server backend returned text only: tokenize it
-                ids = chat.completion_ids(completion.text, stopped=completion.finish_reason == "stop")
+                ids = chat.completion_ids(completion.text, stopped=stopped)
             sampled = completion.logprobs
+            margin = self.cfg.context_margin_tokens
+            room = self.cfg.max_context_tokens - len(episode.token_ids) - (margin or 0)
+            if margin is not None and len(ids) > room:  # the authors' max_tokens = remaining - 64
+                ids, sampled, stopped = ids[: max(room, 0)], sampled[: max(room, 0)] if sampled else sampled, False
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
             episode.token_ids += ids
             episode.loss_mask += [1] * len(ids)
             # A log-prob per sampled token, or NaN where the backend gave none (or retokenized the text).
             episode.logprobs += list(sampled) if sampled is not None and len(sampled) == len(ids) else [NAN] * len(ids)
         episode.generated_tokens += len(ids)
-        episode.messages.append({"role": "assistant", "content": completion.text})
-        return bool(ids) and chat is not None and ids[-1] == chat.eos_id
+        episode.messages.append({"role": "assistant", "content": text})
+        eos = bool(ids) and chat is not None and ids[-1] == chat.eos_id
+        return eos, not stopped, text
+
+    def _action(self, episode: _Episode, reply: str) -> str:
+        """What the environment's ``step`` receives for ``reply`` (``rollout.action``; tool use: the reply)."""
+        return reply if episode.session.kind == "tool" else game_action(reply, self.cfg.action)
 
     def _record_step(self, episode: _Episode, result: CallResult, ended_with_eos: bool) -> None:
         if not result.ok:
+            if self.cfg.step_error_return is not None and result.error_type in STEP_FAULTS:
+                # the authors' synthetic_game_env.py:429-434: the play ends with that reward, not retried
+                episode.rewards.append(self.cfg.step_error_return)
+                episode.terminated = episode.done = True
+                episode.messages.append({"role": "user", "content": f"Error: {result.message}"})
+                return
             episode.fail(result.error_type or "jail_error", result.message)
             return
         data = result.data
         episode.rewards.append(float(data["reward"]))
         episode.terminated = bool(data["terminated"])
         turns = len(episode.rewards)
-        if episode.terminated or data["truncated"] or turns >= self.cfg.max_turns:
+        if episode.terminated or data["truncated"] or turns >= episode.session.max_turns:
             episode.done = True
             return
         chat = self._chat(episode)
@@ -270,8 +319,7 @@ class RolloutEngine:
             episode.loss_mask += [0] * len(env_ids)
             episode.logprobs += [0.0] * len(env_ids)
         episode.messages.append({"role": "user", "content": data["obs"]})
-        if chat is not None and len(episode.token_ids) + self.cfg.max_tokens_per_turn > self.cfg.max_context_tokens:
-            episode.done = True  # context budget spent: truncated, return 0
+        episode.done = self._context_spent(episode)  # context budget spent: truncated, return 0
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(
@@ -293,8 +341,11 @@ class RolloutEngine:
                     if completion.error is not None:
                         episode.fail("model_error", completion.error)
                         continue
-                    eos = self._record_reply(episode, completion)
-                    stepping.append((episode, completion.text, eos))
+                    eos, cut, reply = self._record_reply(episode, completion)
+                    if self.cfg.end_without_eos and cut:
+                        episode.done = True  # cut at the token limit: truncated, unplayed, return 0
+                        continue
+                    stepping.append((episode, self._action(episode, reply), eos))
                 results = run_parallel(
                     lambda job: job[0].session.step(job[1]), stepping, min(MAX_STEP_WORKERS, max(1, len(stepping)))
                 )

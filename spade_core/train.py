@@ -227,9 +227,11 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
     """Step ``step`` (0..K-1) of generation ``gen``: train checkpoint ``s`` on the step's samples and write
     checkpoint ``s + 1`` (``s`` the global step).
 
-    With no usable samples, or when no group carries a learning signal (every advantage zero), no update
-    happens and an ``unchanged`` checkpoint (the marker alone, pointing at the parent) records why; the
-    optimizer state then carries over from the parent.
+    With no usable samples, or when no group carries a learning signal (every advantage zero) and
+    ``training.step_on_zero_signal`` is off, no update happens and an ``unchanged`` checkpoint (the marker
+    alone, pointing at the parent) records why; the optimizer state then carries over from the parent. With
+    it on, a signal-free batch is trained whole (``drop_zero_advantage`` would leave nothing): the gradient
+    is zero, but AdamW's weight decay and momentum still move the weights, as the authors' optimizer does.
     """
     from spade_core.llm.hf import load_tokenizer
 
@@ -255,7 +257,7 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
     meta: dict[str, Any] = {"parent_step": parent, "base_model": cfg.model.name_or_path}
     if not batch.samples():
         summary.skipped_reason = "no trainable samples (no valid no-hint episodes and no designs)"
-    elif summary.zero_variance_groups == len(batch.groups()):
+    elif summary.zero_variance_groups == len(batch.groups()) and not cfg.training.step_on_zero_signal:
         summary.skipped_reason = f"all {len(batch.groups())} groups have zero reward variance (no learning signal)"
     if summary.skipped_reason is not None:
         summary.kind, summary.tokens_trained = "unchanged", 0
@@ -263,7 +265,8 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
         with tempfile.TemporaryDirectory() as empty:
             write_checkpoint(store, empty, run_id, s + 1, {**meta, "kind": "unchanged", "summary": summary.to_dict()})
         return summary
-    if cfg.training.drop_zero_advantage:  # no KL term (checked at load): they would add compute, no gradient
+    signal = summary.zero_variance_groups < len(batch.groups())
+    if cfg.training.drop_zero_advantage and signal:  # no KL term (checked at load): compute, no gradient
         batch, summary.dropped_samples = batch.without_zero_advantage()
         summary.tokens_trained = sum(x.trained_tokens for x in batch.samples())
     state = OptimizerState(optimizer_state_dir(store, run_id, parent))

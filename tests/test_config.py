@@ -179,12 +179,22 @@ PAPER = {
     "corpus.source": "embedded",
     # --global-batch-size 192 (spade/slime/spade_rollout.py:821-842), plays ceil(192 / n) per game.
     "training.global_batch_size": 192,
+    # Episode rules (orchestrator.py:403-491, synthetic_game_env.py:226-246, 429-434): the game's own
+    # max_turns capped at 25, stop at <= 64 context tokens left, the first \boxed{} as the action, no EOS ends
+    # the episode, a raising step scores -1; and the optimizer steps whatever the advantages.
+    "rollout.game_max_turns": True,
+    "rollout.context_margin_tokens": 64,
+    "rollout.action": "boxed",
+    "rollout.end_without_eos": True,
+    "rollout.step_error_return": -1.0,
+    "training.step_on_zero_signal": True,
 }
 PAPER_GAMES = {
     **PAPER,
     "designer.kind": "game",
     "designer.skills_per_generation": 3,
     "training.steps_per_generation": 4,
+    "designer.top_up_rounds": 3,  # K - 1: the authors top the pool up at each later step of it
     "training.beta": 0.0,
     "rollout.hint_max_new_tokens": 4096,
     "evaluation.every": 0,  # --eval-interval 100000 --skip-eval-before-train: no in-loop eval
@@ -194,6 +204,7 @@ PAPER_TOOL_USE = {
     "designer.kind": "tool",
     "designer.tool_skills_per_generation": 6,
     "training.steps_per_generation": 8,
+    "designer.top_up_rounds": 7,
     "training.beta": 0.005,
     "rollout.hint_max_new_tokens": 2048,
     "evaluation.every": 4,  # --eval-interval 32 rollout steps = 4 generations of K = 8
@@ -230,6 +241,10 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert cfg.orchestration.async_generations, preset
         assert cfg.scoring.zero_leaked_regret and cfg.rollout.hint_rewrites >= 1, preset
         assert cfg.training.global_batch_size is None, preset  # every sample of the step is trained
+        rules = cfg.rollout
+        assert not rules.game_max_turns and not rules.end_without_eos and rules.action == "reply", preset
+        assert rules.context_margin_tokens is None and rules.step_error_return is None, preset
+        assert not cfg.training.step_on_zero_signal, preset
 
 
 def test_tiny_shows_memory_examples_whole_and_the_paper_presets_cut_them_as_the_authors() -> None:

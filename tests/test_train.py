@@ -343,6 +343,23 @@ def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tm
     assert store.read_table("train_metrics", run_id=RUN).empty
 
 
+def test_a_signal_free_step_still_steps_adamw_when_asked(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The authors' optimizer steps whatever the advantages: with all of them 0 the gradient is 0, but AdamW's
+    # decoupled weight decay still shrinks every decayed weight (lr 1e-4 x wd 0.1 = 1e-5 of each).
+    store = Store(str(tmp_path))
+    frames = dict(micro_frames)
+    frames["episodes"] = frames["episodes"].assign(episode_return=0.0)
+    _store_generation(store, frames)
+    on = ("designer.train=false", "training.weight_decay=0.1", "training.step_on_zero_signal=true")
+    summary = train_step(_cfg(str(tmp_path), *on, model=micro_model_dir), store, RUN, GEN, 0)
+    assert summary.kind == "full" and summary.zero_variance_groups > 0, summary
+    assert summary.grad_norm == 0.0 and summary.dropped_samples == 0  # tiny's drop_zero_advantage keeps them
+    trained = model_path_for_checkpoint(_cfg(str(tmp_path)), store, RUN, S0 + 1)
+    before, after = _params(micro_model_dir), _params(trained)
+    shrunk = [k for k in before if before[k].ndim == 2 and before[k].abs().sum() > 0]
+    assert shrunk and all(after[k].abs().sum() < before[k].abs().sum() for k in shrunk)
+
+
 def test_accelerate_command_uses_the_named_config_and_rejects_unknown_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cfg = _cfg(str(tmp_path), "training.accelerate_config=ddp-8gpu.yaml")
     cmd = accelerate_command(cfg, "c.yaml", RUN, 3, 1)

@@ -178,11 +178,29 @@ def find_env_class(namespace):
     return classes[0]
 
 
+def build_env(cls, cap):
+    """``cls`` built with its own default ``max_turns`` (or with ``cap`` when it needs the argument), its
+    ``max_turns`` then capped at ``cap``; one without a usable ``max_turns`` gets ``cap``."""
+    try:
+        env = cls()
+    except TypeError:
+        return cls(max_turns=cap)
+    designed = getattr(env, "max_turns", None)
+    if isinstance(designed, int) and not isinstance(designed, bool) and designed > 0:
+        env.max_turns = min(designed, cap)
+    elif hasattr(env, "max_turns"):
+        env.max_turns = cap
+    return env
+
+
 class Host:
     def __init__(self):
         self.env = None
 
-    def load(self, source, max_turns=12):
+    def load(self, source, max_turns=12, own_max_turns=False):
+        """Load the one environment class of ``source`` and build it with ``max_turns``; with
+        ``own_max_turns`` it is built with its own default instead and keeps its own ``max_turns``, capped at
+        ``max_turns`` (the authors' ``respect_game_max_turns``, spade/core/envs/synthetic_game_env.py:226-246)."""
         import spade_env
 
         try:
@@ -195,10 +213,12 @@ class Host:
         cls = find_env_class(module.__dict__)
         if not callable(getattr(cls, "solution", None)):
             raise ContractError("environment class %s has no solution() method" % cls.__name__)
-        self.env = cls(max_turns=max_turns)
+        self.env = build_env(cls, max_turns) if own_max_turns else cls(max_turns=max_turns)
         tools = spade_env.tool_schemas(cls)
         kind = "tool" if tools or isinstance(self.env, spade_env.ToolEnv) else "game"
-        return {"ok": True, "class_name": cls.__name__, "kind": kind, "tools": tools}
+        turns = getattr(self.env, "max_turns", max_turns)
+        turns = turns if isinstance(turns, int) and not isinstance(turns, bool) and turns > 0 else max_turns
+        return {"ok": True, "class_name": cls.__name__, "kind": kind, "tools": tools, "max_turns": turns}
 
     def _need_env(self):
         if self.env is None:
@@ -231,7 +251,9 @@ def handle(host, request):
     op = request.get("op")
     try:
         if op == "load":
-            return host.load(request.get("source", ""), int(request.get("max_turns", 12)))
+            return host.load(
+                request.get("source", ""), int(request.get("max_turns", 12)), bool(request.get("own_max_turns"))
+            )
         if op == "reset":
             return host.reset(request.get("seed"))
         if op == "step":
