@@ -1,8 +1,8 @@
 """When each stage of a run ran, from its markers; how much generation g+1's design chain overlapped
 generation g's training steps.
 
-With asynchronous generations, generation g+1's design chain (documents → design → validate → novelty →
-pool → hint) runs while generation g trains its steps (``train-s{k}``). Every stage marker
+With asynchronous generations, generation g+1's design chain (documents → design → validate → topup →
+novelty → pool → hint) runs while generation g trains its steps (``train-s{k}``). Every stage marker
 (:class:`~spade_core.pipeline.markers.StageRecord`) records its wall time (``seconds``), when it finished
 (``finished_at``, to the second) and, in newer markers, when it started (``started_at``, to the
 millisecond). :func:`stage_timeline` turns a run's markers into one interval per stage; the other functions
@@ -21,7 +21,7 @@ import pandas as pd
 
 from spade_core.pipeline.markers import StageRecord
 
-CHAIN_STAGES: tuple[str, ...] = ("documents", "design", "validate", "novelty", "pool", "hint")
+CHAIN_STAGES: tuple[str, ...] = ("documents", "design", "validate", "topup", "novelty", "pool", "hint")
 KINDS: tuple[str, ...] = ("chain", "rollout", "train", "other")
 COLUMNS: list[str] = ["gen", "stage", "kind", "step", "start", "end", "seconds"]
 _DTYPES = {"gen": "int64", "step": "Int64", "start": "float64", "end": "float64", "seconds": "float64"}

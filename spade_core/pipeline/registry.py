@@ -1,7 +1,8 @@
 """The one list of a generation's stages, in pipeline order (docs/DESIGN.md §10).
 
-    documents → design → validate (sharded over design shards) → novelty (optional) → pool → hint
-    → [ rollout (sharded over pool blocks) → score → memory → train ] × K steps → reward → evaluate (when due)
+    documents → design → validate (sharded over design shards) → topup (optional) → novelty (optional)
+    → pool → hint → [ rollout (sharded over pool blocks) → score → memory → train ] × K steps → reward
+    → evaluate (when due)
 
 The per-step stages (``rollout``, ``train``) run once per step ``k`` of the generation as the instances
 ``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them, run in step 0 only (the
@@ -34,6 +35,7 @@ from spade_core.pipeline.stages import (
     reward,
     rollout,
     score,
+    topup,
     train,
     validate,
 )
@@ -48,8 +50,17 @@ STAGES: tuple[Stage, ...] = (
     Stage("documents", documents.run, retried=True, applies=designing),
     Stage("design", design.run, ("documents",), ("memory", "train"), uses_model=True, retried=True, applies=designing),
     Stage("validate", validate.run, ("design",), uses_model=True, retried=True, shard_by="design", applies=designing),
-    Stage("novelty", novelty.run, ("validate",), ("memory",), applies=novelty.applies),
-    Stage("pool", pool.run, ("validate", "novelty"), ("memory", "train")),
+    Stage(
+        "topup",
+        topup.run,
+        ("design", "validate"),
+        ("memory", "train"),
+        uses_model=True,
+        retried=True,
+        applies=topup.applies,
+    ),
+    Stage("novelty", novelty.run, ("validate", "topup"), ("memory",), applies=novelty.applies),
+    Stage("pool", pool.run, ("validate", "topup", "novelty"), ("memory", "train")),
     Stage("hint", hint.run, ("pool",), uses_model=True, retried=True),
     Stage(
         "rollout",
@@ -62,7 +73,7 @@ STAGES: tuple[Stage, ...] = (
         carry=("train",),
         may_lag=True,
     ),
-    Stage("score", score.run, ("design", "validate", "novelty", "pool", "hint", "rollout")),
+    Stage("score", score.run, ("design", "validate", "topup", "novelty", "pool", "hint", "rollout")),
     Stage("memory", memory.run, ("score",)),
     Stage(
         "train",
@@ -75,7 +86,11 @@ STAGES: tuple[Stage, ...] = (
         carry=("train",),
     ),
     Stage(
-        "reward", reward.run, ("validate", "novelty", "pool", "hint", "rollout"), ("reward",), applies=reward.applies
+        "reward",
+        reward.run,
+        ("validate", "topup", "novelty", "pool", "hint", "rollout"),
+        ("reward",),
+        applies=reward.applies,
     ),
     Stage("evaluate", evaluate.run, ("train",), retried=True, exclusive=True, applies=evaluate.due),
 )

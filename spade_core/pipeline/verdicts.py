@@ -14,9 +14,11 @@ import pandas as pd
 from spade_core.pipeline.markers import listed_files
 from spade_core.store import Store
 
-# The stages whose markers list ``designs`` files: the designer's replies, and the validate stage's retries
-# (repairs and fresh designs, written as ``repair-{shard}``).
-DESIGN_STAGES = ("design", "validate")
+# The stages whose markers list ``designs`` files: the designer's replies, the validate stage's retries
+# (repairs and fresh designs, written as ``repair-{shard}``) and the top-up's designs and their retries.
+DESIGN_STAGES = ("design", "validate", "topup")
+# The stages whose markers list ``validations`` files.
+VALIDATION_STAGES = ("validate", "topup")
 VERDICT_COLUMNS = ["design_id", "attempt", "ok", "error_type", "message"]
 
 
@@ -31,7 +33,7 @@ def _read(
 def final_verdicts(store: Store, run_id: str, gen: int, *, novelty: bool = True) -> pd.DataFrame:
     """One row per design_id with the :data:`VERDICT_COLUMNS` of its latest attempt, sorted by design_id.
     ``novelty=False`` leaves the novelty verdicts out (what the novelty stage itself judges)."""
-    validations = _read(store, run_id, gen, "validations", ("validate",), VERDICT_COLUMNS)
+    validations = _read(store, run_id, gen, "validations", VALIDATION_STAGES, VERDICT_COLUMNS)
     rejected = None
     if novelty:
         columns = ["design_id", "attempt", "novel", "similarity", "threshold"]

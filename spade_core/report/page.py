@@ -287,8 +287,8 @@ def _timeline(data: RunData, figures: Mapping[str, bytes | None]) -> str:
     note = (
         '<p class="note">One bar per stage, placed by its completion marker (started_at, or finished_at − seconds '
         "in older markers; a sharded stage spans its shards); x = minutes since the run's first stage started. "
-        "Per generation, one lane for its design chain (documents → design → validate → novelty → pool → hint) "
-        "and one for its steps (rollout, train) and the stages after them. "
+        "Per generation, one lane for its design chain (documents → design → validate → topup → novelty → pool "
+        "→ hint) and one for its steps (rollout, train) and the stages after them. "
         + (
             f"Generation g+1's design chain ran during {fraction:.1%} of the run's training-step wall time "
             "(overlap fraction = |∪<sub>g</sub> (T<sub>g</sub> ∩ C<sub>g+1</sub>)| / |∪<sub>g</sub> T<sub>g</sub>|, "

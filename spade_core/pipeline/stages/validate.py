@@ -82,7 +82,7 @@ def _repair(
     return pd.DataFrame(rows)
 
 
-def _fresh_documents(ctx: GenerationContext, count: int, shard: int, attempt: int) -> pd.DataFrame:
+def fresh_documents(ctx: GenerationContext, count: int, shard: int, attempt: int) -> pd.DataFrame:
     """``count`` documents for the retries of ``attempt`` in ``shard`` (seeded: a rerun samples the same)."""
     corpus = ctx.cfg.corpus
     if not corpus.enabled or count == 0:
@@ -101,7 +101,7 @@ def _redesign(
     ctx: GenerationContext, failed: pd.DataFrame, generator: Generator, shard: int, attempt: int
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Fresh designs of the ``failed`` designs' skills on fresh documents: (design rows, the documents)."""
-    documents = _fresh_documents(ctx, len(failed), shard, attempt)
+    documents = fresh_documents(ctx, len(failed), shard, attempt)
     rng = random.Random(f"{ctx.seed}:{shard}:{attempt}")
     memory = ctx.previous_memory()
     prompts = [
@@ -113,12 +113,12 @@ def _redesign(
     return generate_rows(ctx, prompts, ids, generator, rng, attempt, seed), documents
 
 
-def validate_shard(
+def validate_with_retries(
     ctx: GenerationContext, designs: pd.DataFrame, shard: int, generator: Generator | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Validate one shard of designs, retry the failed ones (repairs, then fresh designs) until valid or out
-    of ``designer.max_attempts``; write ``validate-{shard}``, ``repair-{shard}`` and the retries' documents
-    (``retry-{shard}``). Returns (the retried design rows, every validation row)."""
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Validate ``designs``, retry the failed ones (repairs, then fresh designs; ``shard`` seeds their
+    documents) until valid or out of ``designer.max_attempts``. Returns (the retried design rows, every
+    validation row, the retries' fresh documents); writes nothing."""
     rows = validation_rows(ctx, designs)
     current = designs.reset_index(drop=True).to_dict("records")  # the newest attempt of each design
     latest = list(rows)  # the newest verdict of each design in ``current``
@@ -143,9 +143,18 @@ def validate_shard(
             latest[i] = verdict
     retries = pd.concat(retried, ignore_index=True) if retried else pd.DataFrame()
     fresh = [d for d in documents if not d.empty]
-    ctx.write("documents", pd.concat(fresh, ignore_index=True) if fresh else pd.DataFrame(), RETRY_DOCUMENTS, shard)
+    return retries, pd.DataFrame(rows), pd.concat(fresh, ignore_index=True) if fresh else pd.DataFrame()
+
+
+def validate_shard(
+    ctx: GenerationContext, designs: pd.DataFrame, shard: int, generator: Generator | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`validate_with_retries` of one shard of designs; writes ``validate-{shard}``, ``repair-{shard}``
+    and the retries' documents (``retry-{shard}``). Returns (the retried design rows, every validation row)."""
+    retries, rows, documents = validate_with_retries(ctx, designs, shard, generator)
+    ctx.write("documents", documents, RETRY_DOCUMENTS, shard)
     ctx.write("designs", retries, REPAIR, shard)
-    return retries, ctx.write("validations", pd.DataFrame(rows), NAME, shard)
+    return retries, ctx.write("validations", rows, NAME, shard)
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
