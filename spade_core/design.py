@@ -310,6 +310,37 @@ def design_messages(
     return [{"role": "system", "content": DESIGNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+MUTATION_KEEP = (
+    "Keep what makes it load: ONE class with `__init__(self, max_turns=12, **kwargs)`, `reset(self, seed=None)` "
+    "returning (observation, {}), `step(self, action)` returning (observation, reward, terminated, truncated, {}), "
+    "`solution(self)` returning the actions that win; everything random from `random.Random(seed)`; reward 1.0 "
+    "only when the goal is reached."
+)
+
+
+def mutation_messages(
+    document: str | None, skill: str, difficulty: str, parent_code: str, parent_win_rate: float | None
+) -> list[dict[str, str]]:
+    """The chat prompt of one mutation (``designer.mode: mutate``, :mod:`spade_core.mutation`): the parent
+    environment whole, the document, and the request for a variant of it; short, so that a small model's
+    context holds the parent and its reply.
+    """
+    kind = skill_kind(skill)
+    played = f" (the agent wins it {parent_win_rate:.0%} of the time)" if parent_win_rate is not None else ""
+    parts = [f"Here is an environment that works{played}:\n\n```python\n{parent_code.strip()}\n```"]
+    if document:
+        parts.append(f"Here is a reference document:\n\n<document>\n{document.strip()}\n</document>")
+    about = "a concept or the facts of the document" if document else f"{SKILL_TEXT[skill]}"
+    steps = interaction_steps(difficulty)
+    parts.append(
+        f"Write a VARIANT of this environment about {about}: change its rules, its sizes, its wording or its "
+        f"goal, so that it is a different {'game' if kind == 'game' else 'tool-use environment'} for the skill "
+        f"{SKILL_TEXT[skill]} ({difficulty}: the goal should need {steps}+ actions). {MUTATION_KEEP}"
+    )
+    parts.append(REPLY_FORMAT)
+    return [{"role": "system", "content": DESIGNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
 def repair_messages(messages: list[dict[str, str]], reply: str, error_type: str, message: str) -> list[dict[str, str]]:
     """A repair round: the failed reply and the validator's message, asking for the full corrected module."""
     return [
@@ -369,9 +400,10 @@ def design_row(
     messages: list[dict[str, str]],
     completion: str,
     model_ref: str,
+    parent_env_id: str | None = None,
 ) -> dict[str, Any]:
     """One ``designs`` row (``prompt`` = the chat messages as JSON); ``code`` / ``env_id`` are None when the
-    reply holds no code."""
+    reply holds no code; ``parent_env_id`` names the environment a mutation rewrote (None: written anew)."""
     code = extract_code(completion)
     prompt = json.dumps(messages)  # the exact chat messages, so the trainer re-renders the same prompt
     return {
@@ -385,4 +417,5 @@ def design_row(
         "code": code,
         "env_id": env_id_for(code) if code else None,
         "model_ref": model_ref,
+        "parent_env_id": parent_env_id,
     }

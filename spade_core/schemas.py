@@ -53,6 +53,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             # writer that does not record repairs (see ADDED_COLUMNS).
             _f("repairs", pa.list_(_str), True),
             _f("unrepaired_env_id", _str, True),
+            # designer.mode mutate: the env_id of the parent environment the design rewrote (lineage); null
+            # for a design written anew (mode write) and on rows of older writers.
+            _f("parent_env_id", _str, True),
         ]
     ),
     "validations": pa.schema(
@@ -76,6 +79,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("novel", pa.bool_()),
             _f("similarity", pa.float64()),
             _f("threshold", pa.float64()),
+            # what it was compared with: "embedding" (MiniLM cosine to memory and earlier designs) or "parent"
+            # (a mutation's share of its parent's lines); null on rows of older writers (= embedding)
+            _f("check", _str, True),
         ]
     ),
     # The environments a generation plays, written once by the pool stage: valid designs, replayed memory
@@ -231,7 +237,10 @@ TABLES: tuple[str, ...] = tuple(SCHEMAS)
 
 # Nullable columns added to a table after writers of it existed: a frame without them is written with nulls
 # (as files written before them read back with nulls). Every other column must be in the frame.
-ADDED_COLUMNS: dict[str, frozenset[str]] = {"designs": frozenset({"repairs", "unrepaired_env_id"})}
+ADDED_COLUMNS: dict[str, frozenset[str]] = {
+    "designs": frozenset({"repairs", "unrepaired_env_id", "parent_env_id"}),
+    "novelty": frozenset({"check"}),
+}
 
 
 class SchemaError(ValueError):

@@ -12,10 +12,17 @@ import typer
 from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import skill_kind
-from spade_core.design import design_messages, extract_code, skills_for_generation, truncate_document
+from spade_core.design import (
+    design_messages,
+    extract_code,
+    mutation_messages,
+    skills_for_generation,
+    truncate_document,
+)
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.memory import Memory
+from spade_core.mutation import choose_parent, without_docstring
 from spade_core.validate import validate_many
 
 
@@ -56,7 +63,13 @@ def design(
     examples = memory.positives(skill, cfg.designer.memory_positive, rng)
     negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
     budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
-    messages = design_messages(truncate_document(document, budget), skill, cfg.designer.difficulty, examples, negatives)
+    cut = truncate_document(document, budget)
+    messages = design_messages(cut, skill, cfg.designer.difficulty, examples, negatives)
+    if cfg.designer.mode == "mutate":  # the parent the design stage would give this prompt
+        parent = choose_parent(memory, skill, rng)
+        messages = mutation_messages(cut, skill, cfg.designer.difficulty, without_docstring(parent.code), None)
+        if not as_json:
+            typer.echo(f"mutating {parent.source} environment {parent.env_id} ({parent.skill})")
     if show_prompt and not as_json:
         typer.echo(messages[1]["content"] + "\n" + "=" * 80)
     generator = make_generator(cfg.model)

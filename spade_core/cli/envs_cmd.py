@@ -1,4 +1,4 @@
-"""``spade envs list|show``: browse the environment pool of a store."""
+"""``spade envs list|show|lineage``: browse the environment pool of a store."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import typer
 
 from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
+from spade_core.lineage import lineage
 
 envs_app = typer.Typer(
     help="Browse the environments of a store (designs, validation, scores, hints).", no_args_is_help=True
@@ -100,3 +101,32 @@ def show_env(
     if not hints.empty:
         typer.echo(f"hint{' (LEAKS SOLUTION)' if hints.leaks_solution[0] else ''}: {hints.hint[0]}")
     typer.echo("\n" + str(d.code))
+
+
+@envs_app.command("lineage")
+@clean_errors
+def show_lineage(
+    env_id: Annotated[str, typer.Argument(help="The environment's id (16 hex).")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON array of row objects, the environment first.")
+    ] = False,
+    store: StoreOpt = None,
+    preset: PresetOpt = "tiny",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """An environment's parent chain (designer.mode mutate): each ancestor with its origin (a design of the
+    store, a starter or seed environment), generation, skill and its latest win rate and regret."""
+    chain = lineage(open_store(resolve(preset, config, overrides, store)), env_id)
+    if as_json:
+        typer.echo(chain.to_json(orient="records"))
+        return
+    for row in chain.itertuples():
+        where = f"gen {row.gen} of {row.run_id}" if row.origin == "design" else row.origin
+        scored = (
+            f"win rate {row.win_rate:.3f}  regret {row.regret:+.3f}"
+            if row.win_rate is not None and row.win_rate == row.win_rate
+            else "not played"
+        )
+        label = "env" if row.depth == 0 else "parent"
+        typer.echo(f"{'  ' * row.depth}{label} {row.env_id}  {where}  skill {row.skill}  {scored}")

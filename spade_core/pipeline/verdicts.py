@@ -9,6 +9,8 @@ validation is its verdict, and a ``novel = false`` row turns a valid verdict int
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from spade_core.pipeline.markers import listed_files
@@ -36,7 +38,7 @@ def final_verdicts(store: Store, run_id: str, gen: int, *, novelty: bool = True)
     validations = _read(store, run_id, gen, "validations", VALIDATION_STAGES, VERDICT_COLUMNS)
     rejected = None
     if novelty:
-        columns = ["design_id", "attempt", "novel", "similarity", "threshold"]
+        columns = ["design_id", "attempt", "novel", "similarity", "threshold", "check"]
         rejected = _read(store, run_id, gen, "novelty", ("novelty",), columns)[columns]
     return resolve(validations[VERDICT_COLUMNS], rejected)
 
@@ -70,13 +72,17 @@ def resolve(validations: pd.DataFrame, novelty: pd.DataFrame | None) -> pd.DataF
     if novelty is None or novelty.empty:
         return frame
     rejected = novelty[~novelty["novel"].astype(bool)]
-    reasons = {
-        (r.design_id, int(r.attempt)): f"cosine similarity {r.similarity:.3f} to a known environment > {r.threshold}"
-        for r in rejected.itertuples()
-    }
+    reasons = {(r.design_id, int(r.attempt)): _reason(r) for r in rejected.itertuples()}
     keys = list(zip(frame["design_id"], frame["attempt"], strict=True))
     hit = [key in reasons for key in keys]
     frame["ok"] = frame["ok"] & ~pd.Series(hit, index=frame.index)
     frame["error_type"] = ["not_novel" if h else e for h, e in zip(hit, frame["error_type"], strict=True)]
     frame["message"] = [reasons[k] if h else m for k, h, m in zip(keys, hit, frame["message"], strict=True)]
     return frame
+
+
+def _reason(row: Any) -> str:
+    """Why a ``novelty`` row refused its design (a row without ``check`` is an embedding verdict)."""
+    if getattr(row, "check", None) == "parent":
+        return f"a copy of its parent: {row.similarity:.3f} of its lines match > {row.threshold}"
+    return f"cosine similarity {row.similarity:.3f} to a known environment > {row.threshold}"

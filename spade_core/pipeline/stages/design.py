@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -17,6 +17,7 @@ from spade_core.design import (
     design_id_for,
     design_messages,
     design_row,
+    mutation_messages,
     skill_kind,
     skills_for_generation,
     truncate_document,
@@ -24,13 +25,22 @@ from spade_core.design import (
 from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
+from spade_core.mutation import choose_parent, without_docstring
 from spade_core.pipeline.context import GenerationContext
 from spade_core.repairs import repair_code
 from spade_core.shards import shard_count, shard_rows
 
 NAME = "design"
 
-Prompt = tuple[str | None, str, list[dict[str, str]]]  # (doc_id, skill, chat messages)
+
+class Prompt(NamedTuple):
+    """One design prompt: its document (None: no corpus), skill, chat messages and, for a mutation, the
+    parent environment's env_id."""
+
+    doc_id: str | None
+    skill: str
+    messages: list[dict[str, str]]
+    parent_env_id: str | None = None
 
 
 def prompt_plan(ctx: GenerationContext) -> list[str]:
@@ -40,15 +50,21 @@ def prompt_plan(ctx: GenerationContext) -> list[str]:
 
 
 def prompt_for(ctx: GenerationContext, skill: str, doc: Any | None, memory: Memory, rng: random.Random) -> Prompt:
-    """The design prompt for ``skill`` on document ``doc`` (a ``documents`` row, or None: no corpus)."""
+    """The design prompt for ``skill`` on document ``doc`` (a ``documents`` row, or None: no corpus): written
+    anew with memory examples, or with ``designer.mode: mutate`` a variant of a parent environment."""
     cfg = ctx.cfg
     doc_id, text = None, None
     if doc is not None:
         budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
         doc_id, text = str(doc.doc_id), truncate_document(str(doc.text), budget)
+    if cfg.designer.mode == "mutate":
+        parent = choose_parent(memory, skill, rng)
+        code = without_docstring(parent.code)
+        messages = mutation_messages(text, skill, cfg.designer.difficulty, code, parent.win_rate)
+        return Prompt(doc_id, skill, messages, parent.env_id)
     positives = memory.positives(skill, cfg.designer.memory_positive, rng)
     negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
-    return doc_id, skill, design_messages(text, skill, cfg.designer.difficulty, positives, negatives)
+    return Prompt(doc_id, skill, design_messages(text, skill, cfg.designer.difficulty, positives, negatives))
 
 
 def sampling(ctx: GenerationContext, seed: int) -> SamplingParams:
@@ -92,18 +108,19 @@ def generate_rows(
     seed: int,
 ) -> pd.DataFrame:
     """One ``designs`` row per (prompt, (design_id, group_id)) pair, from one batched model call."""
-    requests = [GenerationRequest(messages=m, seed=rng.getrandbits(31)) for _, _, m in prompts]
+    requests = [GenerationRequest(messages=p.messages, seed=rng.getrandbits(31)) for p in prompts]
     completions = generator.generate(requests, sampling(ctx, seed))
     rows = []
-    for (doc_id, skill, messages), (design_id, group_id), completion in zip(prompts, ids, completions, strict=True):
+    for prompt, (design_id, group_id), completion in zip(prompts, ids, completions, strict=True):
         row = design_row(
             design_id=design_id,
-            doc_id=doc_id,
+            doc_id=prompt.doc_id,
             group_id=group_id,
-            skill=skill,
-            messages=messages,
+            skill=prompt.skill,
+            messages=prompt.messages,
             completion=completion.text,
             model_ref=generator.model_ref,
+            parent_env_id=prompt.parent_env_id,
         )
         rows.append(
             {
@@ -126,10 +143,10 @@ def design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator
     for p, skill in enumerate(prompt_plan(ctx)):
         doc = documents.iloc[p % len(documents)] if not documents.empty else None
         prompt = prompt_for(ctx, skill, doc, memory, rng)
-        group_id = design_id_for(ctx.run_id, ctx.gen, prompt[0], skill, -1 - p)
+        group_id = design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, skill, -1 - p)
         for g in range(group):
             prompts.append(prompt)
-            ids.append((design_id_for(ctx.run_id, ctx.gen, prompt[0], skill, p * group + g), group_id))
+            ids.append((design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, skill, p * group + g), group_id))
     frame = generate_rows(ctx, prompts, ids, generator, rng, attempt=0, seed=ctx.seed)
     for shard in range(shard_count(len(frame), ctx.shard_size)):
         ctx.write("designs", shard_rows(frame, shard, ctx.shard_size), NAME, shard)

@@ -1,8 +1,14 @@
-"""Novelty (optional; ``memory.novelty_threshold``): valid designs too close to a known environment.
+"""Novelty: valid designs too close to a known environment, or (mutations) to their parent.
 
-A valid design whose MiniLM cosine similarity to a memory environment (the snapshot of ``gen - 1``) or to
-an earlier accepted design of this generation exceeds the threshold gets ``novel = false``. The verdicts
-are rows of this stage's own ``novelty`` table; the validations stay as the validate stage wrote them.
+Two checks, each on when configured; their verdicts are rows of this stage's own ``novelty`` table (its
+``check`` column says which), and the validations stay as the validate stage wrote them:
+
+- ``memory.novelty_threshold``: a valid design whose MiniLM cosine similarity to a memory environment
+  (the snapshot of ``gen - 1``) or to an earlier accepted design of this generation exceeds the threshold
+  gets ``novel = false``;
+- ``designer.mode: mutate``: a valid design whose lines match its parent's more than
+  ``designer.parent_max_similarity`` (:func:`spade_core.mutation.parent_similarity`) gets ``novel = false``:
+  a copy of the parent is not a new environment. Such a design is not embedded.
 """
 
 from __future__ import annotations
@@ -11,7 +17,10 @@ from typing import Any
 
 import pandas as pd
 
+from spade_core.envs.seeds import load_seed_envs, load_starter_envs
 from spade_core.llm.base import Generator
+from spade_core.memory import Memory
+from spade_core.mutation import parent_similarity
 from spade_core.novelty import default_embedder, novelty_filter
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.verdicts import final_designs
@@ -20,7 +29,8 @@ NAME = "novelty"
 
 
 def applies(cfg: Any, gen: int) -> bool:
-    return cfg.memory.novelty_threshold is not None and not cfg.designer.fixed_pool
+    checks = cfg.memory.novelty_threshold is not None or cfg.designer.mode == "mutate"
+    return checks and not cfg.designer.fixed_pool
 
 
 def novelty_rows(valid: pd.DataFrame, memory_codes: list[str], threshold: float) -> pd.DataFrame:
@@ -35,15 +45,58 @@ def novelty_rows(valid: pd.DataFrame, memory_codes: list[str], threshold: float)
             "novel": [accepted for accepted, _ in verdicts],
             "similarity": [float(similarity) for _, similarity in verdicts],
             "threshold": float(threshold),
+            "check": "embedding",
         }
     )
 
 
+def parent_rows(valid: pd.DataFrame, parents: dict[str, str], threshold: float) -> pd.DataFrame:
+    """One row per valid design with a known parent: its share of the parent's lines, above ``threshold``
+    refused. ``parents`` maps a parent env_id to its code.
+
+    >>> parent = "import random\\nclass E:\\n    def reset(self, seed=None):\\n        return 'a', {}\\n"
+    >>> valid = pd.DataFrame({"design_id": ["d1", "d2"], "attempt": [0, 1], "env_id": ["e1", "e2"],
+    ...                       "code": [parent, parent.replace("'a'", "'b'")], "parent_env_id": ["p", "p"]})
+    >>> parent_rows(valid, {"p": parent}, 0.9)[["design_id", "novel", "similarity"]].to_dict("records")
+    [{'design_id': 'd1', 'novel': False, 'similarity': 1.0}, {'design_id': 'd2', 'novel': True, 'similarity': 0.75}]
+    """
+    known = valid[valid["parent_env_id"].isin(list(parents))].sort_values("design_id")
+    pairs = zip(known["code"], known["parent_env_id"], strict=True)
+    similarity = [parent_similarity(str(code), parents[parent]) for code, parent in pairs]
+    return pd.DataFrame(
+        {
+            "design_id": known["design_id"],
+            "attempt": known["attempt"].astype(int),
+            "env_id": known["env_id"],
+            "novel": [s <= threshold for s in similarity],
+            "similarity": [float(s) for s in similarity],
+            "threshold": float(threshold),
+            "check": "parent",
+        }
+    )
+
+
+def parent_codes(memory: Memory) -> dict[str, str]:
+    """Every environment a mutation may have started from, by env_id: the memory's and the library's."""
+    codes = {e.env_id: e.code for e in [*load_seed_envs(), *load_starter_envs()]}
+    codes.update({e.env_id: e.code for e in memory})
+    return codes
+
+
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
-    threshold = ctx.cfg.memory.novelty_threshold
-    if threshold is None:
-        raise ValueError("the novelty stage needs memory.novelty_threshold")
+    cfg = ctx.cfg
     final = final_designs(ctx.store, ctx.run_id, ctx.gen, novelty=False)
-    rows = novelty_rows(final[final["ok"]], [e.code for e in ctx.previous_memory()], threshold)
+    valid = final[final["ok"]]
+    memory = ctx.previous_memory()
+    frames = []
+    if cfg.designer.mode == "mutate" and "parent_env_id" in valid.columns:
+        copies = parent_rows(valid, parent_codes(memory), cfg.designer.parent_max_similarity)
+        frames.append(copies)
+        valid = valid[~valid["design_id"].isin(copies.loc[~copies["novel"], "design_id"])]
+    if cfg.memory.novelty_threshold is not None:
+        frames.append(novelty_rows(valid, [e.code for e in memory], cfg.memory.novelty_threshold))
+    frames = [f for f in frames if not f.empty]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     ctx.write("novelty", rows, NAME)
-    return {"checked": len(rows), "rejected": int((~rows["novel"]).sum()) if not rows.empty else 0}
+    rejected = set(rows.loc[~rows["novel"].astype(bool), "design_id"]) if not rows.empty else set()
+    return {"checked": len(set(rows["design_id"])) if not rows.empty else 0, "rejected": len(rejected)}

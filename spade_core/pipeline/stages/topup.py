@@ -67,14 +67,10 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
             for i in range(count)
         ]
         ids = []
-        for i, (doc_id, skill, _) in enumerate(prompts):
+        for i, prompt in enumerate(prompts):
             index = r * ROUND_OFFSET + i
-            ids.append(
-                (
-                    design_id_for(ctx.run_id, ctx.gen, doc_id, skill, index),
-                    design_id_for(ctx.run_id, ctx.gen, doc_id, skill, -1 - index),
-                )
-            )
+            design_id = design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, prompt.skill, index)
+            ids.append((design_id, design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, prompt.skill, -1 - index)))
         first = generate_rows(ctx, prompts, ids, model, rng, attempt=0, seed=ctx.seed + 7919 * r)
         retries, verdicts, retry_docs = validate_with_retries(ctx, first, ROUND_OFFSET + r, model)
         designs += [first, retries]

@@ -75,6 +75,7 @@ def _repair(
             messages=json.loads(d.prompt),
             completion=reply.text,
             model_ref=d.model_ref,
+            parent_env_id=getattr(d, "parent_env_id", None),
         )
         behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
         repaired = with_repairs(row, ctx.cfg.validation.code_repairs)

@@ -1,0 +1,88 @@
+"""Mutation as a design mode (``designer.mode: mutate``): the designer rewrites one parent environment.
+
+POET's and OMNI-EPIC's mutation operator: instead of writing an environment from nothing, the designer gets
+one parent environment whole, plus the document, and writes a variant (new rules, sizes, wording or goal
+grounded in the document). A small model that cannot write a loading module from a specification can
+still edit one that loads. The parent is:
+
+1. an environment of the previous generation's memory (its scored pool, starters and replays included)
+   whose win rate is in the learnable band ``memory.positive_win_rate`` [0.15, 0.85], of the prompt's
+   skill when one is, else of any skill of the prompt's kind; drawn at random among the ``PARENT_POOL``
+   highest-regret ones;
+2. else a library environment: the starter of the skill, else any starter of the kind (short modules a
+   135M model can copy-edit whole), else the seed environment of the skill, else any of the kind.
+
+The parent's ``env_id`` is stored on the design row (``designs.parent_env_id``: lineage), and a design
+that is a near-copy of its parent (:func:`parent_similarity` above ``designer.parent_max_similarity``) is
+refused by the novelty stage as ``not_novel``: copying the parent earns nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import re
+from dataclasses import dataclass
+
+from spade_core.config import skill_kind
+from spade_core.envs.seeds import load_seed_envs, load_starter_envs
+from spade_core.memory import Memory
+
+PARENT_POOL = 10  # parents are drawn from the top 10 in-band memory entries by regret
+
+
+@dataclass(frozen=True)
+class Parent:
+    """The environment a mutation starts from."""
+
+    env_id: str
+    skill: str
+    code: str
+    win_rate: float | None  # None: never played (a library environment)
+    source: str  # "memory" | "starter" | "seed"
+
+
+def choose_parent(memory: Memory, skill: str, rng: random.Random) -> Parent:
+    """The parent of one mutate prompt for ``skill`` (the rules of the module doc)."""
+    kind = skill_kind(skill)
+    lo, hi = memory.cfg.positive_win_rate
+    played = [e for e in memory if e.gen_added > 0 and lo <= e.win_rate <= hi and e.kind == kind]
+    for candidates in ([e for e in played if e.skill == skill], played):
+        if candidates:
+            top = sorted(candidates, key=lambda e: -e.regret)[:PARENT_POOL]
+            e = rng.choice(top)
+            return Parent(e.env_id, e.skill, e.code, e.win_rate, "memory")
+    for envs, source in ((load_starter_envs(), "starter"), (load_seed_envs(), "seed")):
+        for found in ([e for e in envs if e.skill == skill], [e for e in envs if e.kind == kind]):
+            if found:
+                return Parent(found[0].env_id, found[0].skill, found[0].code, None, source)
+    raise ValueError(f"no library environment of kind {kind!r} to mutate for skill {skill!r}")
+
+
+def without_docstring(code: str) -> str:
+    """``code`` without its module docstring (a parent's notes are not part of the environment).
+
+    >>> without_docstring('\"\"\"Notes.\\n\\nMore.\"\"\"\\n\\nimport random\\n')
+    'import random\\n'
+    >>> without_docstring("import random\\n")
+    'import random\\n'
+    """
+    return re.sub(r'\A\s*(?:"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\')\s*\n', "", code, count=1)
+
+
+def _normalised(code: str) -> list[str]:
+    """The code's non-blank lines, stripped, comments and docstring dropped: what a copy keeps."""
+    lines = (line.split("#", 1)[0].strip() for line in without_docstring(code).splitlines())
+    return [line for line in lines if line]
+
+
+def parent_similarity(code: str, parent: str) -> float:
+    """How much of ``code`` is its parent, line by line, in [0, 1] (1: the same lines in the same order).
+
+    >>> parent = "import random\\nclass E:\\n    def reset(self, seed=None):\\n        return 'a', {}\\n"
+    >>> parent_similarity(parent + "# a comment\\n", parent)
+    1.0
+    >>> round(parent_similarity(parent.replace("'a'", "'b'"), parent), 2)
+    0.75
+    """
+    return difflib.SequenceMatcher(None, _normalised(code), _normalised(parent), autojunk=False).ratio()
