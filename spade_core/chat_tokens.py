@@ -31,6 +31,10 @@ class ChatTokens:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def decode(self, ids: list[int]) -> str:
+        """The text of sampled token ids, special tokens left out (as a backend returns a reply's text)."""
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
     def prompt(self, messages: list[dict[str, str]]) -> list[int]:
         """The opening prompt (system + first observation + generation prompt)."""
         return self.encode(self.render(messages, add_generation_prompt=True))

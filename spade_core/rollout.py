@@ -280,7 +280,7 @@ class RolloutEngine:
             room = self.cfg.max_context_tokens - len(episode.token_ids) - (margin or 0)
             if margin is not None and len(ids) > room:  # the authors' max_tokens = remaining - 64
                 ids, sampled, stopped = ids[: max(room, 0)], sampled[: max(room, 0)] if sampled else sampled, False
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                text = chat.decode(ids)
             episode.token_ids += ids
             episode.loss_mask += [1] * len(ids)
             # A log-prob per sampled token, or NaN where the backend gave none (or retokenized the text).

@@ -66,7 +66,7 @@ class Scripted:
 
 
 def play(agent: Scripted, code: str, seeds: list[int], tokenizer=None, **rules) -> tuple[list[dict], RolloutEngine]:  # type: ignore[no-untyped-def]
-    cfg = RolloutConfig(max_turns=5, max_tokens_per_turn=16, max_context_tokens=2048, **rules)
+    cfg = RolloutConfig(**{"max_turns": 5, "max_tokens_per_turn": 16, "max_context_tokens": 2048, **rules})
     engine = RolloutEngine(agent, cfg, SamplingParams(seed=0), call_timeout_s=1.5, tokenizer=tokenizer)
     return engine.run([EpisodeSpec(env_id_for(code), code, seed) for seed in seeds]), engine
 
@@ -99,8 +99,11 @@ def test_the_context_margin_cuts_the_last_reply_and_stops_the_episode(tiny_gener
     budget = prompt + 64 + 10  # room for a reply of 10 tokens, then 64 left
     rows, _ = play(Scripted({0: [words]}), ECHO, [0], tok, max_context_tokens=budget, context_margin_tokens=64)
     row = rows[0]
-    assert sum(row["loss_mask"]) == 10 and len(row["token_ids"]) == budget - 64, row["loss_mask"]
-    assert row["transcript"][2]["content"] == tok.decode(row["token_ids"][prompt:], skip_special_tokens=True)
+    # the reply: cut to the 10 tokens that leave 64 (then played, its observation added, and the episode over)
+    assert sum(row["loss_mask"]) == 10 and row["loss_mask"][prompt : prompt + 10] == [1] * 10
+    assert row["transcript"][2]["content"] == tok.decode(
+        row["token_ids"][prompt : prompt + 10], skip_special_tokens=True
+    )
     assert row["turns"] == 1 and not row["terminated"] and row["episode_return"] == 0.0
     # With the margin eaten by the prompt itself, the episode stops before the first reply.
     rows, _ = play(Scripted({0: [words]}), ECHO, [0], tok, max_context_tokens=prompt + 64, context_margin_tokens=64)
