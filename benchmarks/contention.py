@@ -47,18 +47,29 @@ def child(store_root: str) -> dict[str, float]:
     from spade_core.config import load_config
     from spade_core.llm.hf import TransformersGenerator
     from spade_core.pipeline.local import run_generation
+    from spade_core.pipeline.markers import list_markers
     from spade_core.pipeline.registry import stages_for
     from spade_core.pipeline.stage import fixed_lease
     from spade_core.store import Store
 
-    cfg = load_config("tiny", None, [f"store.root={store_root}", *OVERRIDES])
+    # The checkpoint's own preset (the cwd is its root): an older checkout may not know a newer preset's keys.
+    preset = Path.cwd() / "data" / "configs" / "tiny.yaml"
+    cfg = load_config(None, preset, [f"store.root={store_root}", *OVERRIDES])
     stages = stages_for(cfg, 1)
     stages = stages[: [s.name for s in stages].index("rollout-s0") + 1]
     generator = TransformersGenerator.from_config(cfg.model)
     started = time.perf_counter()
-    records = run_generation(cfg, Store(store_root), "bench", 1, functools.partial(fixed_lease, generator), stages)
+    store = Store(store_root)
+    records = run_generation(cfg, store, "bench", 1, functools.partial(fixed_lease, generator), stages)
     seconds = {name: float(r.seconds) for name, r in records.items()}
+    # A sharded stage's whole-stage marker records no work of its own: its shards' markers do.
+    for record in list_markers(store, "bench")[1].values():
+        if record.shard is not None and record.stage in seconds and not records[record.stage].seconds:
+            seconds[record.stage] += float(record.seconds)
     seconds["total"] = round(time.perf_counter() - started, 1)
+    import torch
+
+    seconds["threads"] = torch.get_num_threads()  # what the model ran with (auto: the CPUs idle at its load)
     return seconds
 
 
@@ -97,8 +108,9 @@ def main() -> int:
         results[busy] = measure(args.code.resolve(), busy)
         label = "busy (yes beside)" if busy else "quiet"
         shown = "  ".join(f"{name} {results[busy][name]:.1f}s" for name in (*MODEL_STAGES, "total"))
-        print(f"{label:<18} load {load:4.2f}  {shown}", flush=True)
-    ratios = {name: results[True][name] / results[False][name] for name in MODEL_STAGES}
+        threads = results[busy].get("threads", "?")
+        print(f"{label:<18} load {load:4.2f}  threads {threads}  {shown}", flush=True)
+    ratios = {name: results[True][name] / max(results[False][name], 1e-9) for name in MODEL_STAGES}
     print("  ".join(f"{name} x{ratio:.2f}" for name, ratio in ratios.items()))
     print(" ".join(f"{name.split('-')[0]}_ratio={ratio:.2f}" for name, ratio in ratios.items()))
     return 0
