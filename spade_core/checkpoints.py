@@ -177,13 +177,3 @@ def model_for_step(cfg: Any, store: Store, run_id: str, step: int) -> str:
 def model_cfg_for_step(cfg: Any, store: Store, run_id: str, step: int) -> Any:
     """``cfg.model`` pointing at :func:`model_for_step` (feed it to ``make_generator``)."""
     return cfg.model.model_copy(update={"name_or_path": model_for_step(cfg, store, run_id, step)})
-
-
-def first_step(cfg: Any, gen: int) -> int:
-    """The global step at which generation ``gen`` starts: ``(gen - 1) · K``.
-
-    >>> from types import SimpleNamespace as N
-    >>> first_step(N(training=N(steps_per_generation=4)), 3)
-    8
-    """
-    return (gen - 1) * int(cfg.training.steps_per_generation)

@@ -28,7 +28,6 @@ from typing import Any
 import pandas as pd
 
 from spade_core.checkpoints import (
-    first_step,
     model_for_step,
     model_path_for_checkpoint,
     newest_checkpoint_at_or_below,
@@ -40,6 +39,7 @@ from spade_core.llm.hf import pick_device
 from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.stages.reward import NAME as REWARD_STAGE
 from spade_core.pipeline.verdicts import final_designs
+from spade_core.steps import due_designs_generation, first_step
 from spade_core.store import Store
 from spade_core.threads import use_threads
 from spade_core.train_data import (
@@ -60,25 +60,6 @@ from spade_core.train_trl import (
     spade_trainer_class,
     stored_reward,
 )
-
-
-def designer_delay(cfg: SpadeConfig) -> int:
-    """D: a generation's designs are trained D global steps after its first step (None in the config = K)."""
-    return cfg.designer.training_delay or cfg.training.steps_per_generation
-
-
-def due_designs_generation(cfg: SpadeConfig, global_step: int) -> int | None:
-    """The generation whose designs global step ``global_step`` trains (first step + D), or None.
-
-    >>> from spade_core.config import load_config
-    >>> cfg = load_config("tiny")  # K = 2, D = K
-    >>> [due_designs_generation(cfg, s) for s in range(5)]
-    [None, None, 1, None, 2]
-    """
-    k, delay = cfg.training.steps_per_generation, designer_delay(cfg)
-    if global_step - delay < 0 or (global_step - delay) % k:
-        return None
-    return (global_step - delay) // k + 1
 
 
 def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> pd.DataFrame:

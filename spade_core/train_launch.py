@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from spade_core.checkpoints import first_step, read_marker
+from spade_core.checkpoints import read_marker
 from spade_core.devices import training_env
 from spade_core.resources import data_dir
+from spade_core.steps import global_step
 from spade_core.store import Store
 
 ACCELERATE_DIR = data_dir("accelerate")
@@ -83,11 +84,6 @@ class TrainSummary:
             f"{self.tokens_trained} tokens, "
             f"loss {loss}{moved}, {self.seconds:.1f}s -> {self.checkpoint} ({self.kind})"
         )
-
-
-def global_step(cfg: Any, gen: int, step: int) -> int:
-    """The global step of step ``step`` of generation ``gen``."""
-    return first_step(cfg, gen) + step
 
 
 def accelerate_config_path(name: str | None) -> Path | None:

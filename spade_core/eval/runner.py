@@ -18,6 +18,7 @@ import pandas as pd
 from spade_core.eval.base import EvalItem, Message, Suite
 from spade_core.llm.base import Completion, GenerationRequest, Generator, ModelError, SamplingParams
 from spade_core.schemas import SCHEMAS
+from spade_core.steps import first_step
 
 log = logging.getLogger(__name__)
 COLUMNS: list[str] = list(SCHEMAS["evals"].names)
@@ -234,7 +235,7 @@ def evaluate_checkpoint(
     from spade_core.eval import resolve_suites
 
     resolved = resolve_suites(list(suites) if suites is not None else list(cfg.evaluation.suites))
-    step = gen * cfg.training.steps_per_generation
+    step = first_step(cfg, gen + 1)  # the checkpoint after generation gen's last step: g · K
     checkpoint = str(cfg.model.name_or_path) if gen == 0 else store.checkpoint_dir(run_id, step)
     owned = generator is None
     if generator is None:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from spade_core.config import SpadeConfig
 from spade_core.schemas import SCHEMAS
+from spade_core.steps import first_step
 from spade_core.store import Store, StoreError, WrittenFile
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ class GenerationContext:
 
     @property
     def first_step(self) -> int:
-        """The global step at which this generation starts: ``(gen - 1) · K``."""
-        return (self.gen - 1) * self.steps
+        """The global step at which this generation starts: ``(gen - 1) · K`` (:mod:`spade_core.steps`)."""
+        return first_step(self.cfg, self.gen)
 
     @property
     def global_step(self) -> int:

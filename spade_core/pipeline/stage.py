@@ -36,6 +36,7 @@ from spade_core.pipeline.markers import (
     write_marker,
 )
 from spade_core.pipeline.verify import file_problems
+from spade_core.steps import first_step
 from spade_core.store import WrittenFile
 
 log = logging.getLogger(__name__)
@@ -279,7 +280,7 @@ def target_step(cfg: SpadeConfig, gen: int, stage: Stage) -> int:
     >>> target_step(cfg, 2, Stage("hint", always)), target_step(cfg, 2, Stage("train", always, step=3))
     (4, 7)
     """
-    first = (gen - 1) * cfg.training.steps_per_generation
+    first = first_step(cfg, gen)
     if stage.step is None:
         return first
     lag = cfg.orchestration.max_staleness if stage.may_lag else 0

@@ -29,6 +29,7 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.stages.rollout import no_hint_plays
 from spade_core.pipeline.verdicts import final_designs
+from spade_core.steps import designer_delay
 
 NAME = "reward"
 EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type", "policy_step"]
@@ -86,7 +87,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     plays = len(pool) * no_hint_plays(cfg, len(pool))  # the agent's samples per step
     scale = env_reward_scale(plays, len(envs), k, cfg.scoring.reward_scale_cap)
     frame, new_state = designer_rewards(envs, cfg.scoring.designer_reward, cfg.scoring, scale, state)
-    delay = cfg.designer.training_delay or k
+    delay = designer_delay(cfg)
     out = frame.rename(columns={"win_rate": "window_win_rate"}).assign(scale=scale, train_step=ctx.first_step + delay)
     ctx.write("designer_rewards", out[COLUMNS], NAME)
     ctx.write("designer_lp_state", (new_state or state).to_frame(), NAME)
