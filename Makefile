@@ -67,7 +67,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) system-deps test-system-deps lint
-	$(BIN)/pytest -q -ra --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra --durations=25 -n 2 --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .prefect .pytest_cache .ruff_cache .mypy_cache

@@ -177,9 +177,3 @@ def async_kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None
 
 def test_kill_with_two_generations_in_flight_then_resume_on_the_local_store(tmp_path: Path) -> None:
     async_kill_and_resume(tmp_path, str(tmp_path / "store"))
-
-
-def test_kill_with_two_generations_in_flight_then_resume_on_s3(
-    tmp_path: Path, s3_bucket: str, s3_endpoint: str
-) -> None:
-    async_kill_and_resume(tmp_path, s3_bucket, s3_endpoint)
