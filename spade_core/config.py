@@ -276,10 +276,12 @@ class RolloutConfig(_Section):
     )
 
 
+# The designer reward variants (spade_core/designer_reward.py computes each; written here once).
+DesignerRewardVariant = Literal["blend", "regret", "solve_rate", "learnability", "learning_potential"]
+
+
 class ScoringConfig(_Section):
-    designer_reward: Literal["blend", "regret", "solve_rate", "learnability", "learning_potential"] = Field(
-        "blend", description="Designer reward variant [blend]."
-    )
+    designer_reward: DesignerRewardVariant = Field("blend", description="Designer reward variant [blend].")
     lp_gamma_fast: float = Field(0.98, gt=0, lt=1, description="learning_potential: fast EMA factor [0.98].")
     lp_gamma_slow: float = Field(0.85, gt=0, lt=1, description="learning_potential: slow EMA factor [0.85].")
     reward_scale_cap: float = Field(

@@ -57,16 +57,16 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import get_args
 
 import numpy as np
 import pandas as pd
 
 from spade_core import scoring
-from spade_core.config import ScoringConfig
+from spade_core.config import DesignerRewardVariant, ScoringConfig
 from spade_core.scoring import CONDITIONS, DESIGNER_REWARDS, ScoringError
 
-Variant = Literal["blend", "regret", "solve_rate", "learnability", "learning_potential"]
+Variant = DesignerRewardVariant
 VARIANTS: tuple[str, ...] = get_args(Variant)
 # The authors mask negative raw values in their blend path only (solve_rate is that path with weights 0 and 1).
 DROPPING_VARIANTS = frozenset({"blend", "solve_rate"})
