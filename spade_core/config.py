@@ -171,6 +171,20 @@ def _default_code_repairs() -> list[CodeRepair]:
     return ["fstring_braces", "stdlib_imports"]
 
 
+# The names of the validator's 'full' checks, in the order they run (spade_core/validate.py defines the
+# checks and refuses to import if its list differs from this one).
+VALIDATION_CHECKS: tuple[str, ...] = (
+    "parses",
+    "one_env_class",
+    "reset_types",
+    "step_accepts_any_string",
+    "deterministic_reset",
+    "ends_within_max_turns",
+    "solution_reaches_goal",
+    "not_trivial",
+)
+
+
 class ValidationConfig(_Section):
     max_turns: int = Field(25, gt=0, description="Turn budget an environment must end within [25].")
     garbage_actions: int = Field(8, ge=1, description="Arbitrary strings fed to step().")
@@ -187,7 +201,7 @@ class ValidationConfig(_Section):
         "boxed test actions, rewards in [-10, 10], reset(seed=123)), still in the jail.",
     )
     disabled_checks: list[str] = Field(
-        default_factory=list, description="Checks of 'full' mode to skip, by name (spade_core/validate.py CHECK_NAMES)."
+        default_factory=list, description="Checks of 'full' mode to skip, by name (VALIDATION_CHECKS)."
     )
     code_repairs: list[CodeRepair] = Field(
         default_factory=_default_code_repairs,
@@ -200,11 +214,9 @@ class ValidationConfig(_Section):
     @field_validator("disabled_checks")
     @classmethod
     def _known_checks(cls, names: list[str]) -> list[str]:
-        from spade_core.validate import CHECK_NAMES  # validate imports this module
-
-        unknown = [n for n in names if n not in CHECK_NAMES]
+        unknown = [n for n in names if n not in VALIDATION_CHECKS]
         if unknown:
-            raise ValueError(f"unknown check(s) {unknown}; checks: {', '.join(CHECK_NAMES)}")
+            raise ValueError(f"unknown check(s) {unknown}; checks: {', '.join(VALIDATION_CHECKS)}")
         return names
 
 

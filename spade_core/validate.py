@@ -49,7 +49,7 @@ from sandbox.jail import CallResult
 from sandbox.outcome import ErrorType
 from sandbox.policy import JailLimits
 from sandbox.session import EnvSession, run_parallel
-from spade_core.config import ConfigError, ValidationConfig
+from spade_core.config import VALIDATION_CHECKS, ConfigError, ValidationConfig
 from spade_core.envs.contract import REWARD_RANGE, env_id_for, split_actions
 
 
@@ -255,6 +255,8 @@ CHECKS: tuple[Callable[[_Context], None], ...] = (
     check_not_trivial,
 )
 CHECK_NAMES = tuple(fn.__name__.removeprefix("check_") for fn in CHECKS)
+if CHECK_NAMES != VALIDATION_CHECKS:  # config names them without importing this module
+    raise RuntimeError(f"validate.CHECKS {CHECK_NAMES} != config.VALIDATION_CHECKS {VALIDATION_CHECKS}")
 _HOST_ONLY = frozenset({"parses"})  # checks that need no jail
 
 
