@@ -20,30 +20,6 @@ S3_ENV = {
 }
 
 
-# The modules that take minutes, longest first (`make test` prints the slowest tests). The Makefile runs
-# `pytest -n 2 --dist loadfile`: whole modules go to the two workers in collection order, so these start
-# first and the many short modules fill in around them (longest-processing-time-first scheduling).
-LONGEST_FIRST = (
-    "test_resume.py",
-    "test_resume_s3.py",
-    "test_generation.py",
-    "test_flows_e2e.py",
-    "test_train.py",
-    "test_llm_backends.py",
-    "test_verify.py",
-    "test_kv_cache.py",
-    "test_rollout.py",
-    "test_orchestration.py",
-    "test_store_faults.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the :data:`LONGEST_FIRST` modules first (a stable sort: every other order is kept)."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

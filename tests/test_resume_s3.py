@@ -1,6 +1,6 @@
 """The kill-and-resume scenario of ``test_resume.py`` on S3 (moto's server on loopback): two generations in
-flight, SIGKILL, ``spade resume``, nothing lost, duplicated or redone. A module of its own so that, under
-``pytest -n 2 --dist loadfile``, it runs beside the local-store run instead of after it."""
+flight, SIGKILL, ``spade resume``, nothing lost, duplicated or redone. A module of its own, so that
+``pytest -n 2 --dist loadfile`` may give it to the other worker than the local-store run."""
 
 from __future__ import annotations
 
