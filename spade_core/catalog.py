@@ -18,10 +18,9 @@ they change nothing outside the process.
 from __future__ import annotations
 
 import duckdb
-import pyarrow as pa
 
 from spade_core.fs import ReadOnlyFileSystem
-from spade_core.schemas import ADDED_COLUMNS, SCHEMAS, TABLES
+from spade_core.schemas import SCHEMAS, TABLES
 from spade_core.store import Store, arrow_schema_with_partitions
 
 LOCAL_SCHEME = "spade-store"
@@ -62,36 +61,22 @@ def connect(store: Store, *, read_only: bool = False) -> duckdb.DuckDBPyConnecti
         con.register_filesystem(store.fs)
     for table in TABLES:
         if store.has_table(table):
-            source = (
+            # Unioned by name with an empty table of the schema, so that a column no file has yet (one added
+            # after the store's files were written) reads as nulls of its type instead of failing to bind.
+            con.register(f"_{table}_schema", SCHEMAS[table].empty_table())
+            files = (
                 f"read_parquet({_quote(glob(table))}, hive_partitioning=true, union_by_name=true, "
                 "hive_types={'run': VARCHAR, 'gen': BIGINT})"
             )
-            columns = ", ".join(_columns(con, table, source))
-            # the same column order as the empty view: run_id, gen, then the schema's columns
-            con.execute(f"CREATE VIEW {table} AS SELECT run AS run_id, gen, {columns} FROM {source}")
+            columns = ", ".join(f'"{name}"' for name in SCHEMAS[table].names)
+            con.execute(  # the same column order as the empty view: run_id, gen, then the schema's columns
+                f"CREATE VIEW {table} AS SELECT run AS run_id, gen, {columns} FROM "
+                f"(SELECT * FROM {files} UNION ALL BY NAME SELECT * FROM _{table}_schema)"
+            )
         else:
             con.register(f"_{table}_empty", arrow_schema_with_partitions(table).empty_table())
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_empty")
     return con
-
-
-# DuckDB's spelling of the types of ADDED_COLUMNS, for a view over files that all predate one of them.
-_DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.list_(pa.string()): "VARCHAR[]"}
-
-
-def _columns(con: duckdb.DuckDBPyConnection, table: str, source: str) -> list[str]:
-    """The view's select list: the schema's columns, a column added after the store's files were written
-    (``schemas.ADDED_COLUMNS``) as a typed NULL when no file has it."""
-    names = SCHEMAS[table].names
-    added = ADDED_COLUMNS.get(table, frozenset())
-    present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()} if added else set()
-    out = []
-    for name in names:
-        if name in added and name not in present:
-            out.append(f'CAST(NULL AS {_DUCKDB_TYPES[SCHEMAS[table].field(name).type]}) AS "{name}"')
-        else:
-            out.append(f'"{name}"')
-    return out
 
 
 def query(store: Store, sql: str, params: list[object] | None = None, *, read_only: bool = False):  # type: ignore[no-untyped-def]
