@@ -11,18 +11,11 @@ import typer
 
 from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.config import skill_kind
-from spade_core.design import (
-    design_messages,
-    extract_code,
-    mutation_messages,
-    skills_for_generation,
-    truncate_document,
-)
+from spade_core.design import extract_code, skills_for_generation
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.memory import Memory
-from spade_core.mutation import choose_parent, without_docstring
+from spade_core.pipeline.stages.design import prompt_from_text
 from spade_core.validate import validate_many
 
 
@@ -58,18 +51,10 @@ def design(
             raise FileNotFoundError(f"document {doc_id!r} is not in the store's documents table")
         document = str(found.text[0])
     skill = skill or skills_for_generation(1, cfg.designer)[0]
-    rng = random.Random(cfg.seed)
-    memory = Memory.seeded(cfg.memory)
-    examples = memory.positives(skill, cfg.designer.memory_positive, rng)
-    negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
-    budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
-    cut = truncate_document(document, budget)
-    messages = design_messages(cut, skill, cfg.designer.difficulty, examples, negatives)
-    if cfg.designer.mode == "mutate":  # the parent the design stage would give this prompt
-        parent = choose_parent(memory, skill, rng)
-        messages = mutation_messages(cut, skill, cfg.designer.difficulty, without_docstring(parent.code), None)
-        if not as_json:
-            typer.echo(f"mutating {parent.source} environment {parent.env_id} ({parent.skill})")
+    prompt = prompt_from_text(cfg, skill, None, document, Memory.seeded(cfg.memory), random.Random(cfg.seed))
+    messages = prompt.messages
+    if prompt.parent_env_id is not None and not as_json:  # designer.mode mutate
+        typer.echo(f"mutating environment {prompt.parent_env_id}")
     if show_prompt and not as_json:
         typer.echo(messages[1]["content"] + "\n" + "=" * 80)
     generator = make_generator(cfg.model)

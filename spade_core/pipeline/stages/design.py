@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from spade_core.config import SpadeConfig
 from spade_core.design import (
     design_id_for,
     design_messages,
@@ -50,13 +51,22 @@ def prompt_plan(ctx: GenerationContext) -> list[str]:
 
 
 def prompt_for(ctx: GenerationContext, skill: str, doc: Any | None, memory: Memory, rng: random.Random) -> Prompt:
-    """The design prompt for ``skill`` on document ``doc`` (a ``documents`` row, or None: no corpus): written
-    anew with memory examples, or with ``designer.mode: mutate`` a variant of a parent environment."""
-    cfg = ctx.cfg
-    doc_id, text = None, None
-    if doc is not None:
-        budget = cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
-        doc_id, text = str(doc.doc_id), truncate_document(str(doc.text), budget)
+    """The design prompt for ``skill`` on document ``doc`` (a ``documents`` row, or None: no corpus)."""
+    if doc is None:
+        return prompt_from_text(ctx.cfg, skill, None, None, memory, rng)
+    return prompt_from_text(ctx.cfg, skill, str(doc.doc_id), str(doc.text), memory, rng)
+
+
+def prompt_from_text(
+    cfg: SpadeConfig, skill: str, doc_id: str | None, text: str | None, memory: Memory, rng: random.Random
+) -> Prompt:
+    """The design prompt for ``skill`` on a document's ``text`` (cut to the kind's word budget; None: no
+    document): written anew with memory examples, or with ``designer.mode: mutate`` a variant of a parent
+    environment (``spade design`` builds its prompt here too)."""
+    if text is not None:
+        text = truncate_document(
+            text, cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
+        )
     if cfg.designer.mode == "mutate":
         parent = choose_parent(memory, skill, rng)
         code = without_docstring(parent.code)
