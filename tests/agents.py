@@ -3,6 +3,7 @@ what the tiny model happens to say."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sandbox.session import EnvSession
@@ -26,6 +27,38 @@ class OracleAgent:
         for r in requests:
             turn = sum(m["role"] == "assistant" for m in r.messages)
             out.append(Completion(text=self.answers[r.messages[1]["content"]][turn]))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Scripted:
+    """A policy that plays a fixed script per environment seed (read off the first observation, which
+    starts "seed N:"); ``fail`` names seeds whose model call fails. Replies that run past the script repeat
+    its last line; a reply given as ``(text, "length")`` comes back as cut at the token limit. ``calls``
+    counts the replies per seed, across retries."""
+
+    scripts: dict[int, list[str | tuple[str, str]]]
+    fail: frozenset[int] = frozenset()
+    model_ref: str = "scripted:test"
+    supports_token_prompts: bool = False
+    calls: dict[int, int] = field(default_factory=dict)
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        out = []
+        for r in requests:
+            seed = int(re.match(r"seed (\d+):", r.messages[1]["content"]).group(1))  # type: ignore[union-attr]
+            n = self.calls.get(seed, 0)
+            self.calls[seed] = n + 1
+            if seed in self.fail:
+                out.append(Completion(text="", error="the server said no"))
+                continue
+            script = self.scripts[seed]
+            reply = script[min(n, len(script) - 1)]
+            text, finish = reply if isinstance(reply, tuple) else (reply, "stop")
+            out.append(Completion(text=text, finish_reason=finish))
         return out
 
     def close(self) -> None:

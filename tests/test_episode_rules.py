@@ -4,14 +4,12 @@ reply is the one the rule is about, both ways."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-
 import pytest
+from agents import Scripted
 
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
-from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
+from spade_core.llm.base import SamplingParams
 from spade_core.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -39,30 +37,6 @@ class Echo:
 LONG_GAME = ECHO.replace("max_turns=3", "max_turns=40").replace("Echo", "LongEcho")
 HANG = 'if "hang" in action:\n            while True: pass\n        if 0:'
 HANGS = ECHO.replace('if "crash" in action:', HANG).replace("Echo", "Hangs")
-
-
-@dataclass
-class Scripted:
-    """Replies by seed (read off the first observation "seed N: ..."), the last one repeated; a reply given
-    as ``(text, "length")`` comes back as cut at the token limit."""
-
-    scripts: dict[int, list[str | tuple[str, str]]]
-    model_ref: str = "scripted:rules"
-    supports_token_prompts: bool = False
-    calls: dict[int, int] = field(default_factory=dict)
-
-    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
-        out = []
-        for r in requests:
-            seed = int(re.match(r"seed (\d+):", r.messages[1]["content"]).group(1))  # type: ignore[union-attr]
-            n = self.calls[seed] = self.calls.get(seed, 0) + 1
-            reply = self.scripts[seed][min(n, len(self.scripts[seed])) - 1]
-            text, finish = reply if isinstance(reply, tuple) else (reply, "stop")
-            out.append(Completion(text=text, finish_reason=finish))
-        return out
-
-    def close(self) -> None:
-        pass
 
 
 def play(agent: Scripted, code: str, seeds: list[int], tokenizer=None, **rules) -> tuple[list[dict], RolloutEngine]:  # type: ignore[no-untyped-def]

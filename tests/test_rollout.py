@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from agents import OracleAgent, oracle_answers
+from agents import OracleAgent, Scripted, oracle_answers
 from typer.testing import CliRunner
 
 from sandbox.outcome import episode_return
@@ -19,7 +17,7 @@ from spade_core.config import RolloutConfig, ScoringConfig, load_config
 from spade_core.designer_reward import window_inputs
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
+from spade_core.llm.base import SamplingParams
 from spade_core.rollout import EpisodeSpec, RolloutEngine
 from spade_core.scoring import broken_env_ids, score_environments
 from spade_core.store import Store
@@ -205,35 +203,6 @@ def test_identical_plays_get_distinct_request_seeds(tiny_generator) -> None:  # 
 
 
 # -- the authors' semantics (issue 14): clamped returns, tool-use turns, env-broken plays ---------------------
-@dataclass
-class Scripted:
-    """A policy that plays a fixed script per environment seed (read off the first observation, which
-    starts "seed N:"); ``fail`` names seeds whose model call fails. Replies that run past the script repeat
-    its last line. ``calls`` counts the replies per seed, across retries."""
-
-    scripts: dict[int, list[str]]
-    fail: frozenset[int] = frozenset()
-    model_ref: str = "scripted:test"
-    supports_token_prompts: bool = False
-    calls: dict[int, int] = field(default_factory=dict)
-
-    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
-        out = []
-        for r in requests:
-            seed = int(re.match(r"seed (\d+):", r.messages[1]["content"]).group(1))  # type: ignore[union-attr]
-            n = self.calls.get(seed, 0)
-            self.calls[seed] = n + 1
-            if seed in self.fail:
-                out.append(Completion(text="", error="the server said no"))
-                continue
-            script = self.scripts[seed]
-            out.append(Completion(text=script[min(n, len(script) - 1)]))
-        return out
-
-    def close(self) -> None:
-        pass
-
-
 CLAMP = """
 import re
 
