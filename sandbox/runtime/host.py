@@ -178,6 +178,12 @@ def find_env_class(namespace):
     return classes[0]
 
 
+def turn_limit(env):
+    """The environment's own ``max_turns`` when it is a positive int, else None."""
+    turns = getattr(env, "max_turns", None)
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) and turns > 0 else None
+
+
 def build_env(cls, cap):
     """``cls`` built with its own default ``max_turns`` (or with ``cap`` when it needs the argument), its
     ``max_turns`` then capped at ``cap``; one without a usable ``max_turns`` gets ``cap``."""
@@ -185,11 +191,9 @@ def build_env(cls, cap):
         env = cls()
     except TypeError:
         return cls(max_turns=cap)
-    designed = getattr(env, "max_turns", None)
-    if isinstance(designed, int) and not isinstance(designed, bool) and designed > 0:
-        env.max_turns = min(designed, cap)
-    elif hasattr(env, "max_turns"):
-        env.max_turns = cap
+    designed = turn_limit(env)
+    if designed is not None or hasattr(env, "max_turns"):
+        env.max_turns = min(designed or cap, cap)
     return env
 
 
@@ -216,8 +220,7 @@ class Host:
         self.env = build_env(cls, max_turns) if own_max_turns else cls(max_turns=max_turns)
         tools = spade_env.tool_schemas(cls)
         kind = "tool" if tools or isinstance(self.env, spade_env.ToolEnv) else "game"
-        turns = getattr(self.env, "max_turns", max_turns)
-        turns = turns if isinstance(turns, int) and not isinstance(turns, bool) and turns > 0 else max_turns
+        turns = turn_limit(self.env) or max_turns
         return {"ok": True, "class_name": cls.__name__, "kind": kind, "tools": tools, "max_turns": turns}
 
     def _need_env(self):
