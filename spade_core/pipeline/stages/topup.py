@@ -54,7 +54,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     skills = skills or prompt_plan(ctx)
     memory = ctx.previous_memory()
     designs, validations, documents = [], [], []
-    rounds = 0
+    rounds = designed = 0
     for r in range(1, cfg.top_up_rounds + 1):
         count = missing(valid, cfg.documents_per_generation)
         if count == 0:
@@ -72,6 +72,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
             design_id = design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, prompt.skill, index)
             ids.append((design_id, design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, prompt.skill, -1 - index)))
         first = generate_rows(ctx, prompts, ids, model, rng, attempt=0, seed=ctx.seed + 7919 * r)
+        designed += len(first)
         retries, verdicts, retry_docs = validate_with_retries(ctx, first, ROUND_OFFSET + r, model)
         designs += [first, retries]
         validations.append(verdicts)
@@ -86,7 +87,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
         "valid": len(valid),
         "target": cfg.documents_per_generation,
         "rounds": rounds,
-        "designed": sum(len(d) for d in designs[::2]),
+        "designed": designed,
     }
 
 
