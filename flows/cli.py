@@ -23,22 +23,13 @@ import typer
 
 from spade_core.cli import app
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.config import SpadeConfig, StoreConfig
+from spade_core.config import SpadeConfig
 from spade_core.faults import DEBUG_ENV, debugging, fault_line
-from spade_core.pipeline.markers import StageRecord
-from spade_core.progress import (
-    RunConfigMismatch,
-    bind_run_config,
-    generation_complete,
-    generation_phase,
-    generation_summary,
-    list_markers,
-    load_run_config,
-    next_generation,
-    run_status,
-    stages_for,
-    summary_markdown,
-)
+from spade_core.pipeline.markers import StageRecord, list_markers
+from spade_core.pipeline.run_config import RunConfigMismatch, bind_run_config, stored_config
+from spade_core.pipeline.status import generation_complete, generation_phase, next_generation, run_status
+from spade_core.pipeline.status import stage_names as stages_for
+from spade_core.report.summary import generation_summary, summary_markdown
 from spade_core.store import Store
 
 if TYPE_CHECKING:
@@ -186,15 +177,6 @@ def _bind(st: Store, run_id: str, cfg: SpadeConfig) -> None:
         raise typer.Exit(2) from None
 
 
-def _stored(run_id: str, store: str | None, overrides: list[str] | None) -> tuple[SpadeConfig, Store]:
-    items = [*(overrides or []), *([f"store.root={store}"] if store else [])]
-    probe = Store(store or StoreConfig().root)
-    cfg = load_run_config(probe, run_id, items)
-    if cfg is None:
-        raise FileNotFoundError(f"run {run_id!r} is not in the store {probe.base} (no runs/{run_id}/config.yaml)")
-    return cfg, Store.from_config(cfg.store)
-
-
 @app.command("resume")
 @clean_errors
 def resume(
@@ -208,7 +190,8 @@ def resume(
     as_json: JsonOpt = False,
 ) -> None:
     """Finish the run's first incomplete generation with its stored config (completed stages are reused)."""
-    cfg, st = _stored(run_id, store, overrides)
+    cfg = stored_config(run_id, store, overrides)
+    st = open_store(cfg)
     _bind(st, run_id, cfg)
     gen = next_generation(st, cfg, run_id)
     if gen > 1 and gen not in run_status(st, cfg, run_id):  # the markers alone say what was started
@@ -233,7 +216,8 @@ def status(
     store: StoreOpt = None,
 ) -> None:
     """Which stages of which generations of a run are done (read from the store, not from Prefect)."""
-    cfg, st = _stored(run_id, store, None)
+    cfg = stored_config(run_id, store)
+    st = open_store(cfg)
     states = run_status(st, cfg, run_id)
     gen = next_generation(st, cfg, run_id)
     typer.echo(f"run {run_id}  store {st.base}  config {cfg.config_hash()}")

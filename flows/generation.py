@@ -1,91 +1,75 @@
 """The pipeline of one generation as a Prefect flow (docs/DESIGN.md §7, §10): it only orchestrates.
 
-It iterates the stage registry (:data:`spade_core.pipeline.registry.STAGES`) exactly as the local runner
-does: each stage's task gets the records of its declared inputs; a sharded stage is mapped over its shards
-and then finished. Each task returns a small :class:`~spade_core.pipeline.markers.StageRecord`; the data
-stays in the store. The flow runs under the run's task runner (``orchestration.task_runner``), chosen by
-the caller through ``with_options`` — which is why ``spade`` calls this as a subflow.
+It runs the stage registry (:data:`spade_core.pipeline.registry.STAGES`) through the same runner as the
+local one (:mod:`spade_core.pipeline.runner`), submitting each stage and shard as a Prefect task. Each
+task returns a small :class:`~spade_core.pipeline.markers.StageRecord`; the data stays in the store. The
+flow runs under the run's task runner (``orchestration.task_runner``), chosen by the caller through
+``with_options`` — which is why ``spade`` calls this as a subflow.
 """
 
 from __future__ import annotations
 
-import contextlib
+from contextlib import AbstractContextManager
 from typing import Any
 
-from prefect import flow, unmapped
+from prefect import flow
 
 from flows.report import Reporter, publish_summary
 from spade_core.config import SpadeConfig
-from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord
-from spade_core.pipeline.registry import chain_for, previous_names, stages_for
-from spade_core.pipeline.schedule import run_stages
-from spade_core.pipeline.stage import Stage, previous_records, shard_count, upstream_for
-from spade_core.progress import generation_summary
+from spade_core.pipeline.registry import chain_for, stages_for
+from spade_core.pipeline.runner import Result, Watcher, run_generation_stages
+from spade_core.pipeline.stage import Stage
+from spade_core.report.summary import generation_summary
 from spade_core.store import Store
 from tasks.models import device_turn, release_models
 from tasks.stages import finish_task_for, task_for
 
 
-class Pipeline:
-    """Runs the registry's stages of one generation in order and reports each one."""
+class Tasks:
+    """The runner's :class:`~spade_core.pipeline.runner.Submit` in a flow run: each stage and shard a task."""
 
-    def __init__(self, cfg: SpadeConfig, run_id: str, gen: int, chain_only: bool = False) -> None:
+    def __init__(self, cfg: SpadeConfig, run_id: str, gen: int) -> None:
         self.cfg, self.run_id, self.gen = cfg, run_id, gen
-        self.store = Store.from_config(cfg.store)
-        self.stages = chain_for(cfg, gen) if chain_only else stages_for(cfg, gen)
-        self.report = Reporter(run_id, gen, [s.name for s in self.stages])
-        self.records: dict[str, StageRecord] = {}
 
-    def single(self, stage: Stage, upstream: dict[str, StageRecord]) -> StageRecord:
-        future = task_for(stage, self.cfg).submit(self.cfg, self.run_id, self.gen, stage.name, None, upstream)
-        return future.result()
+    def one(self, stage: Stage, upstream: dict[str, StageRecord], shard: int | None) -> Result:
+        return task_for(stage, self.cfg).submit(self.cfg, self.run_id, self.gen, stage.name, shard, upstream)
 
-    def sharded(self, stage: Stage, upstream: dict[str, StageRecord]) -> StageRecord:
-        """The stage's task mapped over its shards, then its finish task over their records."""
-        shards = shard_count(stage, upstream)
-        futures = task_for(stage, self.cfg).map(
-            unmapped(self.cfg),
-            unmapped(self.run_id),
-            unmapped(self.gen),
-            unmapped(stage.name),
-            range(shards),
-            unmapped(upstream),
-        )
-        records = []
-        for future in futures:
-            records.append(future.result())
-            self.report.shard(records[-1], shards)
-        whole = finish_task_for(stage).submit(self.cfg, self.run_id, self.gen, stage.name, records).result()
-        # This flow run's view of the stage: its shards' model calls, "ran" when any shard ran here.
-        ran = [r for r in records if r.status == "ran"]
-        status = "ran" if ran or whole.status == "ran" else whole.status
-        return whole.model_copy(update={"status": status, "model_calls": sum(r.model_calls for r in ran)})
+    def finish(self, stage: Stage, shards: list[StageRecord]) -> Result:
+        return finish_task_for(stage).submit(self.cfg, self.run_id, self.gen, stage.name, shards)
 
-    def run_stages(self) -> dict[str, StageRecord]:
-        """Every stage, each once its inputs are done (at once with ``orchestration.max_staleness`` 1)."""
-        previous = previous_records(
-            GenerationContext(self.cfg, self.store, self.run_id, self.gen), previous_names(self.cfg, self.gen)
-        )
-        # The trainer and the evaluator load their own model: on a GPU the generator shares, they take turns.
-        shared = self.cfg.model.device != "cpu" and self.cfg.orchestration.devices_shared()
 
-        def run_one(stage: Stage) -> StageRecord:
-            upstream = upstream_for(stage, self.records, previous)
-            self.report.start(stage.name)
-            with device_turn(shared) if stage.exclusive else contextlib.nullcontext():
-                record = self.single(stage, upstream) if stage.shard_by is None else self.sharded(stage, upstream)
-            self.report.finish(record)
-            return record
+class Reported(Watcher):
+    """The flow run's progress artifact and the CLI's display; the trainer and evaluator take turns with the
+    generator on a GPU they share."""
 
-        return run_stages(self.stages, run_one, self.records, concurrent=self.cfg.orchestration.max_staleness > 0)
+    def __init__(self, report: Reporter, shared_device: bool) -> None:
+        self.report, self.shared = report, shared_device
 
-    def run(self) -> dict[str, Any]:
-        self.run_stages()
-        summary = generation_summary(self.store, self.run_id, self.gen, self.records, self.report.wall)
-        pool = self.records.get("pool")
-        summary["markdown"] = publish_summary(self.store, summary, list(pool.info.get("env_ids", [])) if pool else [])
-        return summary
+    def start(self, stage: Stage) -> None:
+        self.report.start(stage.name)
+
+    def shard(self, record: StageRecord, shards: int) -> None:
+        self.report.shard(record, shards)
+
+    def finish(self, record: StageRecord) -> None:
+        self.report.finish(record)
+
+    def exclusive(self, stage: Stage) -> AbstractContextManager[object]:
+        return device_turn(self.shared)
+
+
+def run_pipeline(
+    cfg: SpadeConfig, run_id: str, gen: int, chain_only: bool = False
+) -> tuple[dict[str, StageRecord], Reporter]:
+    """The generation's stages (or only its design chain) as tasks of this flow run, reported as they go."""
+    stages = chain_for(cfg, gen) if chain_only else stages_for(cfg, gen)
+    report = Reporter(run_id, gen, [s.name for s in stages])
+    # The trainer and the evaluator load their own model: on a GPU the generator shares, they take turns.
+    shared = cfg.model.device != "cpu" and cfg.orchestration.devices_shared()
+    store = Store.from_config(cfg.store)
+    records = run_generation_stages(cfg, store, run_id, gen, stages, Tasks(cfg, run_id, gen), Reported(report, shared))
+    return records, report
 
 
 @flow(name="spade-generation", log_prints=True)
@@ -93,7 +77,12 @@ def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
     """One generation of a run with a resolved config (use the ``spade`` flow: it resolves and binds it)."""
     cfg = SpadeConfig.model_validate(config)
     try:
-        return Pipeline(cfg, run_id, gen).run()
+        records, report = run_pipeline(cfg, run_id, gen)
+        store = Store.from_config(cfg.store)
+        summary = generation_summary(store, run_id, gen, records, report.wall)
+        env_ids = list(records["pool"].info.get("env_ids", [])) if "pool" in records else []
+        summary["markdown"] = publish_summary(store, summary, env_ids)
+        return summary
     finally:
         release_models(wait=False)  # a design chain of the next generation may still use its model
 
@@ -104,7 +93,7 @@ def design_chain(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any
     trains (``orchestration.async_generations``); generation ``gen``'s own flow run then reuses it."""
     cfg = SpadeConfig.model_validate(config)
     try:
-        records = Pipeline(cfg, run_id, gen, chain_only=True).run_stages()
+        records, _ = run_pipeline(cfg, run_id, gen, chain_only=True)
     finally:
         release_models(wait=False)
     return {

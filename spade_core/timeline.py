@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from spade_core.pipeline.markers import StageRecord
+from spade_core.pipeline.registry import CHAIN
 
-CHAIN_STAGES: tuple[str, ...] = ("documents", "design", "validate", "topup", "novelty", "pool", "hint")
 KINDS: tuple[str, ...] = ("chain", "rollout", "train", "other")
 COLUMNS: list[str] = ["gen", "stage", "kind", "step", "start", "end", "seconds"]
 _DTYPES = {"gen": "int64", "step": "Int64", "start": "float64", "end": "float64", "seconds": "float64"}
@@ -68,7 +68,7 @@ def stage_kind(stage: str) -> str:
     ['chain', 'rollout', 'train', 'other', 'other']
     """
     base, _ = split_step(stage)
-    if base in CHAIN_STAGES:
+    if base in CHAIN:
         return "chain"
     return base if base in ("rollout", "train") else "other"
 

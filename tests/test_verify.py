@@ -17,8 +17,10 @@ from flows.cli import app
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord, list_markers, read_marker
+from spade_core.pipeline.run_config import bind_run_config
 from spade_core.pipeline.stage import Stage, execute
-from spade_core.progress import bind_run_config, generation_stages, next_generation, stages_for
+from spade_core.pipeline.status import generation_stages, next_generation
+from spade_core.pipeline.status import stage_names as stages_for
 from spade_core.store import Store, StoreError
 
 

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 import typer
 
 from sandbox.policy import SandboxUnavailable
-from spade_core.config import ConfigError, SpadeConfig, load_config
+from spade_core.config import ConfigError, SpadeConfig
 from spade_core.corpus import CorpusError
 from spade_core.llm.base import ModelError
+from spade_core.pipeline.run_config import resolve_config
 from spade_core.schemas import SchemaError
 from spade_core.store import Store, StoreError
 
@@ -26,11 +27,7 @@ StoreOpt = Annotated[
 ]
 
 
-def resolve(preset: str, config: str | None, overrides: list[str] | None, store: str | None = None) -> SpadeConfig:
-    items = list(overrides or [])
-    if store is not None:
-        items.append(f"store.root={store}")
-    return load_config(preset, config, items)
+resolve = resolve_config  # every command resolves its config the one way (spade_core.pipeline.run_config)
 
 
 def open_store(cfg: SpadeConfig) -> Store:

@@ -1,29 +1,49 @@
-"""The Prefect-free runner of one generation: the registry's stages in order, in this process.
-
-It runs exactly what the Prefect flow runs (the same :data:`~spade_core.pipeline.registry.STAGES`, the same
-inputs, the same :func:`~spade_core.pipeline.stage.execute`, the same order from
-:func:`~spade_core.pipeline.schedule.run_stages`), only without Prefect and retries, so the end-to-end
-tests exercise the production order. A given ``lease`` serves every model-calling stage (scripts and tests
-hand in one loaded model); the rows still record the checkpoint each stage resolved.
+"""The Prefect-free runner: stages execute in this process, through the same
+:mod:`~spade_core.pipeline.runner` the Prefect flows use (same registry, inputs, order, resume rule and
+schedule across generations), only without Prefect and its retries, so the end-to-end tests exercise the
+production order. A given ``lease`` serves every model-calling stage (scripts and tests hand in one loaded
+model); the rows still record the checkpoint each stage resolved.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
 from spade_core.config import SpadeConfig
+from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord
-from spade_core.pipeline.registry import previous_names, stages_for
-from spade_core.pipeline.schedule import run_stages
-from spade_core.pipeline.stage import (
-    GeneratorLease,
-    Stage,
-    execute,
-    finish,
-    previous_records,
-    shard_count,
-    upstream_for,
-)
+from spade_core.pipeline.registry import chain_for, stages_for
+from spade_core.pipeline.runner import run_generation_stages, run_generations
+from spade_core.pipeline.stage import GeneratorLease, Stage, execute, finish
 from spade_core.store import Store
+
+
+def _done(record: StageRecord) -> Future[StageRecord]:
+    future: Future[StageRecord] = Future()
+    future.set_result(record)
+    return future
+
+
+@dataclass
+class InProcess:
+    """A :class:`~spade_core.pipeline.runner.Submit` that executes each stage (or shard) here and now."""
+
+    ctx: GenerationContext
+    lease: GeneratorLease | None = None
+
+    def one(self, stage: Stage, upstream: dict[str, StageRecord], shard: int | None) -> Future[StageRecord]:
+        lease, lease_at = self.lease, None
+        if lease is not None and stage.uses_model:
+            lease_at = lambda _step: lease  # noqa: E731
+        return _done(execute(stage, self.ctx, upstream, lease_at, shard))
+
+    def finish(self, stage: Stage, shards: list[StageRecord]) -> Future[StageRecord]:
+        return _done(finish(stage, self.ctx, shards))
 
 
 def run_generation(
@@ -32,22 +52,35 @@ def run_generation(
     run_id: str,
     gen: int,
     lease: GeneratorLease | None = None,
-    stages: list[Stage] | None = None,
+    stages: Sequence[Stage] | None = None,
 ) -> dict[str, StageRecord]:
     """Run (or reuse) every stage of generation ``gen`` (or only ``stages``, e.g. its design chain); returns
     the whole-stage records by stage name."""
-    ctx = GenerationContext(cfg, store, run_id, gen)
+    submit = InProcess(GenerationContext(cfg, store, run_id, gen), lease)
     chosen = stages_for(cfg, gen) if stages is None else stages
-    previous = previous_records(ctx, previous_names(cfg, gen))
-    records: dict[str, StageRecord] = {}
+    return run_generation_stages(cfg, store, run_id, gen, chosen, submit)
 
-    def run_one(stage: Stage) -> StageRecord:
-        upstream = upstream_for(stage, records, previous)
-        lease_at = (lambda _step: lease) if lease is not None and stage.uses_model else None
-        if stage.shard_by is None:
-            return execute(stage, ctx, upstream, lease_at)
-        count = shard_count(stage, upstream)
-        shards = [execute(stage, ctx, upstream, lease_at, k) for k in range(count)]
-        return finish(stage, ctx, shards)
 
-    return run_stages(chosen, run_one, records, concurrent=cfg.orchestration.max_staleness > 0)
+def run_run(
+    cfg: SpadeConfig, store: Store, run_id: str, gens: Sequence[int], lease: GeneratorLease | None = None
+) -> list[dict[str, StageRecord]]:
+    """Generations ``gens`` in order (with ``orchestration.async_generations``, each next design chain beside
+    the current generation's steps), as the ``spade-run`` flow runs them. The one model of ``lease`` serves
+    one stage at a time: a chain's stage and a generation's stage take turns on it."""
+    turn = threading.Lock()
+
+    @contextlib.contextmanager
+    def one_at_a_time() -> Iterator[Generator]:
+        assert lease is not None
+        with turn, lease() as model:
+            yield model
+
+    shared = one_at_a_time if lease is not None else None
+    return run_generations(
+        cfg,
+        store,
+        run_id,
+        gens,
+        lambda gen: run_generation(cfg, store, run_id, gen, shared),
+        lambda gen: run_generation(cfg, store, run_id, gen, shared, chain_for(cfg, gen)),
+    )

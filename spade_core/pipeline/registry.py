@@ -95,6 +95,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("evaluate", evaluate.run, ("train",), retried=True, exclusive=True, applies=evaluate.due),
 )
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+# The design chain: the stages declared before the first per-step one (:func:`chain_for` gives its instances).
+CHAIN: tuple[str, ...] = tuple(s.name for s in STAGES[: next(i for i, s in enumerate(STAGES) if s.per_step)])
 if {s.name for s in STAGES if s.per_step} != set(STEP_STAGES):
     raise RuntimeError(f"per-step stages {sorted(s.name for s in STAGES if s.per_step)} != names.STEP_STAGES")
 

@@ -1,0 +1,114 @@
+"""The config a command or flow run uses, and a run id bound to it (docs/DESIGN.md §4).
+
+Every command and flow resolves its config here: :func:`resolve_config` (a preset, a YAML file on top,
+``key=value`` overrides, a store root), :func:`stored_config` (a run's own config) and
+:func:`flow_config` (a flow's plain parameters). The first generation of a run writes
+``runs/{run_id}/config.yaml``; a later one with a config that would change what is written (anything but the
+store location and the execution-only settings ``orchestration.task_runner``, ``dask_address``,
+``retries``, ``retry_delay_s``) is refused with a message naming the keys.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config, load_config_text
+from spade_core.pipeline.markers import artifact_hash, bound_settings
+from spade_core.store import Store
+
+DEFAULT_PRESET = "tiny"
+
+
+def _items(overrides: list[str] | tuple[str, ...] | None, store: str | None) -> list[str]:
+    """The overrides, with the store root as one more."""
+    return [*(overrides or []), *([f"store.root={store}"] if store else [])]
+
+
+def resolve_config(
+    preset: str = DEFAULT_PRESET,
+    config: str | None = None,
+    overrides: list[str] | None = None,
+    store: str | None = None,
+) -> SpadeConfig:
+    """A preset, with the YAML file ``config`` and then ``overrides`` on top, and ``store`` as its store root."""
+    return load_config(preset, config, _items(overrides, store))
+
+
+def stored_config(run_id: str, store: str | None = None, overrides: list[str] | None = None) -> SpadeConfig:
+    """The run's stored config with ``overrides`` on top.
+
+    Raises:
+        FileNotFoundError: the store has no such run; names the store and the file looked for.
+    """
+    probe = Store(store or StoreConfig().root)
+    cfg = load_run_config(probe, run_id, _items(overrides, store))
+    if cfg is None:
+        raise FileNotFoundError(f"run {run_id!r} is not in the store {probe.base} (no runs/{run_id}/config.yaml)")
+    return cfg
+
+
+def flow_config(
+    run_id: str, config: str | None = None, overrides: list[str] | None = None, store: str | None = None
+) -> SpadeConfig:
+    """The config of a flow run from its plain parameters: ``config`` a preset name or a YAML file; without
+    it a run that exists continues with its stored config and a new run starts from :data:`DEFAULT_PRESET`.
+    A bad value is a one-line :class:`ConfigError`."""
+    items = _items(overrides, store)
+    if config is None:
+        stored = load_run_config(Store(store or StoreConfig().root), run_id, items)
+        return stored if stored is not None else load_config(DEFAULT_PRESET, None, items)
+    if config in available_presets():
+        return load_config(config, None, items)
+    if not Path(config).is_file():
+        presets = ", ".join(available_presets())
+        raise ConfigError(f"config {config!r} is neither a preset ({presets}) nor a YAML file")
+    return load_config(None, config, items)
+
+
+class RunConfigMismatch(ValueError):
+    """A run id reused with a config that would change its artifacts; the message names the keys."""
+
+
+def run_config_path(store: Store, run_id: str) -> str:
+    return f"{store.run_dir(run_id)}/config.yaml"
+
+
+def load_run_config(store: Store, run_id: str, overrides: list[str] | tuple[str, ...] = ()) -> SpadeConfig | None:
+    """The run's stored config (with ``overrides`` on top), or None for a run the store has not seen."""
+    try:
+        text = store.read_bytes(run_config_path(store, run_id)).decode()
+    except FileNotFoundError:
+        return None
+    return load_config_text(text, overrides)
+
+
+def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
+    """Store ``cfg`` as the run's config, or check it against the stored one.
+
+    Raises:
+        RunConfigMismatch: the run was started with settings that would change its artifacts; names the keys.
+    """
+    stored = load_run_config(store, run_id)
+    if stored is None:
+        store.write_text(run_config_path(store, run_id), cfg.to_yaml())
+        return cfg
+    if artifact_hash(stored) != artifact_hash(cfg):
+        changed = _changed_keys(bound_settings(stored), bound_settings(cfg))
+        shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:4]) + (" ..." if len(changed) > 4 else "")
+        raise RunConfigMismatch(
+            f"run {run_id!r} was started with a different config ({shown}); use a new run id, "
+            f"or `spade resume {run_id}` to continue with its stored config"
+        )
+    return cfg
+
+
+def _changed_keys(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    out: list[tuple[str, Any, Any]] = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _changed_keys(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append((f"{prefix}{key}", va, vb))
+    return out

@@ -1,0 +1,82 @@
+"""Which stages of which generations of a run are complete, read from the store alone (docs/DESIGN.md §10),
+so ``spade status`` and ``spade resume`` need nothing but the store.
+
+The stage list comes from :func:`spade_core.pipeline.registry.stages_for`; completeness from the stage
+markers (:mod:`spade_core.pipeline.markers`): a stage is done when its marker is there and every file it
+lists is intact.
+"""
+
+from __future__ import annotations
+
+from spade_core.config import SpadeConfig
+from spade_core.pipeline.markers import StageRecord, list_markers
+from spade_core.pipeline.names import STEP_STAGES, instance_name
+from spade_core.pipeline.registry import chain_for, stages_for
+from spade_core.pipeline.verify import Listings, file_problems
+from spade_core.store import Store
+
+
+def stage_names(cfg: SpadeConfig, gen: int) -> list[str]:
+    """The names of the stages generation ``gen`` runs (the registry's ``applies``), in order."""
+    return [s.name for s in stages_for(cfg, gen)]
+
+
+def generation_stages(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, str]:
+    """``{stage: 'done' | 'damaged' | 'k/n shards' | 'partial' | 'todo'}`` for one generation."""
+    markers = list_markers(store, run_id).get(gen, {})
+    return _stage_states(cfg, gen, markers, store)
+
+
+def _stage_states(cfg: SpadeConfig, gen: int, markers: dict[str, StageRecord], store: Store) -> dict[str, str]:
+    """Each stage's state from the generation's markers. A stage whose marker (or a shard's) lists a file
+    that is missing or has another size is ``damaged``: not done, so a run or resume redoes it (one listing
+    per directory, shared by the generation's markers)."""
+    listings: Listings = {}
+    broken = {m.stage for m in markers.values() if file_problems(store, m, listings)}
+    states = {}
+    for stage in stage_names(cfg, gen):
+        if stage in markers:
+            states[stage] = "damaged" if stage in broken else "done"
+            continue
+        shards = [m for m in markers.values() if m.stage == stage and m.shard is not None]
+        total = shards[0].info.get("shards") if shards else None
+        states[stage] = (f"{len(shards)}/{total} shards" if total else "partial") if shards else "todo"
+    return states
+
+
+def generation_complete(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> bool:
+    return all(state == "done" for state in generation_stages(store, cfg, run_id, gen).values())
+
+
+def run_status(store: Store, cfg: SpadeConfig, run_id: str) -> dict[int, dict[str, str]]:
+    """Stage states of every generation the run has started, in order."""
+    markers = list_markers(store, run_id)
+    return {g: _stage_states(cfg, g, markers[g], store) for g in sorted(markers)}
+
+
+def generation_phase(cfg: SpadeConfig, gen: int, states: dict[str, str]) -> str:
+    """Where a generation is, from its stage states: ``complete``, ``not started``, ``design chain i/n``
+    (the stages before the steps; with asynchronous generations they run beside the previous generation's
+    training), ``step k/K`` (the first step not done) or ``finishing`` (the stages after the steps)."""
+    if all(v == "done" for v in states.values()):
+        return "complete"
+    if all(v == "todo" for v in states.values()):
+        return "not started"
+    chain = [s.name for s in chain_for(cfg, gen)]
+    done = sum(states.get(name) == "done" for name in chain)
+    if done < len(chain):
+        return f"design chain {done}/{len(chain)}"
+    k = cfg.training.steps_per_generation
+    for step in range(k):
+        if any(states.get(instance_name(x, step), "done") != "done" for x in STEP_STAGES):
+            return f"step {step + 1}/{k}"
+    return "finishing"
+
+
+def next_generation(store: Store, cfg: SpadeConfig, run_id: str) -> int:
+    """The first generation (from 1) that is not complete: where a new or resumed flow run starts."""
+    markers = list_markers(store, run_id)
+    gen = 1
+    while gen in markers and all(s == "done" for s in _stage_states(cfg, gen, markers[gen], store).values()):
+        gen += 1
+    return gen

@@ -1,0 +1,107 @@
+"""The summary of one generation: headline numbers from its stage records and small tables (no episode
+reads), the top environments by regret, and their Markdown (the flow's artifact and the CLI's closing text).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spade_core.pipeline.markers import StageRecord
+from spade_core.pipeline.verdicts import final_verdicts
+from spade_core.store import Store
+
+
+def generation_summary(
+    store: Store, run_id: str, gen: int, records: dict[str, StageRecord], wall: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Headline numbers of one generation from its stage records and small tables (no episode reads).
+
+    ``records`` maps stage names to whole-stage records; ``wall`` the seconds each stage took in this
+    flow run (cache hits take almost none).
+    """
+    validations = final_verdicts(store, run_id, gen)
+    scores = store.read_table("env_scores", run_id, gen, stages=["score"])
+    pool = records.get("pool")
+    pool_ids = set(pool.info.get("env_ids", [])) if pool else set()
+    played = scores[scores["env_id"].isin(pool_ids)].drop_duplicates("env_id")
+    designed = scores[scores["design_id"].notna()]
+    trains = [r.info.get("summary", {}) for name, r in records.items() if r.stage.startswith("train-s")]
+    losses = [t["loss_mean"] for t in trains if t.get("loss_mean") is not None]
+    notes = sorted({t["skipped_reason"] for t in trains if t.get("skipped_reason")})
+    valid = int(validations["ok"].sum()) if not validations.empty else 0
+    rollouts = [r for r in records.values() if r.stage.startswith("rollout-s")]
+    return {
+        "run_id": run_id,
+        "gen": gen,
+        "designs": len(validations),
+        "valid": valid,
+        "valid_rate": valid / len(validations) if len(validations) else None,
+        "envs": len(pool_ids),
+        "replayed": pool.info.get("replayed", 0) if pool else 0,
+        "diversity": pool.info.get("diversity") if pool else None,
+        "episodes": sum(r.info.get("rows", {}).get("episodes", 0) for r in rollouts),
+        "win_rate": _mean(played["win_rate"]),
+        "regret": _mean(played["regret"]),
+        "designer_reward": _mean(designed["designer_reward"]),
+        "train_loss": sum(losses) / len(losses) if losses else None,
+        "train_steps": sum(int(t.get("steps") or 0) for t in trains),
+        "checkpoint": trains[-1].get("checkpoint") if trains else None,
+        "train_note": "; ".join(notes) or None,
+        "evaluation": records["evaluate"].info if "evaluate" in records else None,
+        "model_calls": sum(r.model_calls for r in records.values() if r.status == "ran"),
+        "stages": [
+            {
+                "stage": name,
+                "status": r.status,
+                "seconds": round((wall or {}).get(name, r.seconds), 2),
+                "model_calls": r.model_calls if r.status == "ran" else 0,
+            }
+            for name, r in records.items()
+        ],
+    }
+
+
+def top_environments(store: Store, run_id: str, gen: int, env_ids: list[str], limit: int = 10) -> list[dict[str, Any]]:
+    """The generation's played environments with the highest regret (one row per environment)."""
+    scores = store.read_table("env_scores", run_id, gen, stages=["score"])
+    scores = scores[scores["env_id"].isin(env_ids)].drop_duplicates("env_id")
+    top = scores.sort_values(["regret", "env_id"], ascending=[False, True]).head(limit)
+    columns = ["env_id", "skill", "win_rate", "regret", "designer_reward"]
+    rows = top[columns].to_dict("records")
+    for row in rows:
+        row["replayed"] = row["env_id"] not in set(scores["env_id"][scores["design_id"].notna()])
+    return rows
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    """The generation summary as Markdown (the flow's artifact and the CLI's closing text)."""
+
+    def num(value: Any, digits: int = 3) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    lines = [
+        f"# SPADE run `{summary['run_id']}`, generation {summary['gen']}",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| designs (valid) | {summary['designs']} ({summary['valid']}, rate {num(summary['valid_rate'], 2)}) |",
+        f"| environments played (replayed) | {summary['envs']} ({summary['replayed']}) |",
+        f"| episodes | {summary['episodes']} |",
+        f"| mean win rate | {num(summary['win_rate'])} |",
+        f"| mean regret | {num(summary['regret'])} |",
+        f"| mean designer reward | {num(summary['designer_reward'])} |",
+        f"| pool diversity (Vendi) | {num(summary['diversity'], 2)} |",
+        f"| train loss (steps) | {num(summary['train_loss'], 4)} ({num(summary['train_steps'])}) |",
+        f"| model calls this run | {summary['model_calls']} |",
+    ]
+    if summary.get("train_note"):
+        lines.append(f"| training | {summary['train_note']} |")
+    if summary.get("evaluation"):
+        lines.append(f"| evaluation | {summary['evaluation']} |")
+    lines += ["", "| stage | status | wall s | model calls |", "|---|---|---|---|"]
+    lines += [f"| {s['stage']} | {s['status']} | {s['seconds']:.2f} | {s['model_calls']} |" for s in summary["stages"]]
+    return "\n".join(lines) + "\n"
+
+
+def _mean(series: Any) -> float | None:
+    return float(series.mean()) if len(series) else None
