@@ -23,7 +23,7 @@ from typing import Any
 from spade_core.cachedir import build_once
 from spade_core.hashing import short_hash
 from spade_core.llm.embedded import cache_dir, resolve_model
-from spade_core.store import Store
+from spade_core.store import Store, WrittenFile
 
 MARKER = "spade-checkpoint.json"
 # full = all weights; lora = an adapter on the parent; unchanged = no update happened (no usable samples, or
@@ -42,6 +42,14 @@ def _store_key(store: Store) -> str:
 def checkpoint_complete(store: Store, run_id: str, step: int) -> bool:
     """True when checkpoint ``step`` of the run was written completely (step 0, the base model, always is)."""
     return step == 0 or store.exists(f"{store.checkpoint_dir(run_id, step)}/{MARKER}")
+
+
+def checkpoint_file(store: Store, run_id: str, step: int) -> WrittenFile:
+    """Checkpoint ``step``'s marker file as a file the train stage wrote (its marker lists it: the marker is
+    written last, so it stands for the whole upload)."""
+    path = f"{store.checkpoint_dir(run_id, step)}/{MARKER}"
+    data = store.read_bytes(path)
+    return WrittenFile("checkpoint", path, 0, short_hash(data), len(data))
 
 
 def read_marker(store: Store, run_id: str, step: int) -> dict[str, Any]:

@@ -180,8 +180,19 @@ def write_stage(store: Any, run_id: str, gen: int, stage: str, tables: dict[str,
 def as_stage(ctx: Any, name: str, fn: Any) -> Any:
     """Run ``fn(run)`` as the body of stage ``name`` through the pipeline's ``execute``, so that the stage's
     marker lists the files it wrote, as a finished stage leaves them; returns what ``fn`` returned."""
+    from spade_core.pipeline.registry import BY_NAME
     from spade_core.pipeline.stage import Stage, execute
 
     out: list[Any] = []
-    execute(Stage(name, lambda run, model: out.append(fn(run))), ctx, {})
+    declared = BY_NAME[name]  # the tables it may read and write are the registry stage's
+    execute(Stage(name, lambda run, model: out.append(fn(run)), reads=declared.reads, writes=declared.writes), ctx, {})
     return out[0]
+
+
+def run_body(ctx: Any, name: str, model: Any = None) -> Any:
+    """The body of registry stage ``name`` on ``ctx`` as one execution of that stage (its files named after
+    it, its declared tables only), without a marker; returns its info."""
+    from spade_core.pipeline.registry import BY_NAME
+
+    declared = BY_NAME[name]
+    return declared.body(ctx.execution(name, reads=declared.reads, writes=declared.writes), model)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from samples import as_stage, write_stage
+from samples import as_stage, run_body, write_stage
 
 from spade_core.catalog import query
 from spade_core.config import load_config
@@ -124,7 +124,6 @@ def test_regret_is_hint_minus_no_hint_in_sql(generation) -> None:  # type: ignor
 def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(generation, tiny_generator) -> None:  # type: ignore[no-untyped-def]
     import pandas as pd
 
-    from spade_core.pipeline.registry import stage
     from spade_core.train import build_batch
 
     store, _ = generation
@@ -136,7 +135,7 @@ def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(
     played = ctx.read("episodes", ["rollout-s0"]).drop(columns=["run_id", "gen"])
     won = played.assign(episode_id=played["episode_id"] + "-cli", episode_return=1.0, error_type=None)
     store.write_table("episodes", won, run_id="it", gen=1, stage="rollout-cli")
-    stage("score").body(ctx.execution(), tiny_generator)  # score again, over the partition as it is now
+    run_body(ctx, "score", tiny_generator)  # score again, over the partition as it is now
     pd.testing.assert_frame_equal(ctx.read("env_scores", ["score"]), scores)
     rebuilt = build_batch(cfg, store, "it", 1, 0, tiny_generator.tokenizer)
     assert [(s.source_id, s.advantage) for s in rebuilt.samples()] == [
@@ -184,7 +183,6 @@ def test_designs_keep_their_group_and_document(generation) -> None:  # type: ign
 
 def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
     from spade_core.memory import Memory
-    from spade_core.pipeline.stages import documents
     from spade_core.pipeline.stages.design import design
 
     cfg = load_config(
@@ -198,7 +196,7 @@ def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_gener
         ],
     )
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "abl", 1)
-    assert documents.run(ctx, tiny_generator) == {"rows": 0}
+    assert run_body(ctx, "documents", tiny_generator) == {"rows": 0}
     docs = ctx.store.read_table("documents", ctx.run_id, ctx.gen, stages=["documents"])
     designs = design(ctx, docs, tiny_generator, Memory.seeded(cfg.memory))
     assert docs.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
@@ -345,7 +343,7 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
         ]
     )
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1)
-    as_stage(ctx, "design", lambda run: run.write("designs", designs, "design", 0))
+    as_stage(ctx, "design", lambda run: run.write("designs", designs, 0))
     as_stage(ctx, "validate", lambda run: validate.run(run, None))
     assert as_stage(ctx, "novelty", lambda run: novelty.run(run, None)) == {"checked": 1, "rejected": 1}
     row = final_verdicts(ctx.store, "nov", 1).iloc[0]
@@ -409,7 +407,7 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
     )
     repairer = Repairer()
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "rep", 1)
-    as_stage(ctx, "design", lambda run: run.write("designs", designs, "design", 0))
+    as_stage(ctx, "design", lambda run: run.write("designs", designs, 0))
     repairs, validations = as_stage(ctx, "validate", lambda run: validate_shard(run, designs, 0, repairer))
     # The repair is a row of its own (attempt 1); the design stage's file is untouched.
     assert list(validations["attempt"]) == [0, 1] and list(validations["ok"]) == [False, True]
@@ -430,7 +428,6 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
 
     from spade_core.envs.seeds import load_seed_envs
     from spade_core.llm.base import Completion
-    from spade_core.pipeline.stages import reward
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.validate import validate_shard
     from spade_core.pipeline.verdicts import final_designs
@@ -470,7 +467,7 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
     )
     assert list(validations["attempt"]) == [0, 1, 2] and list(validations["ok"]) == [False, False, True]
     assert list(retries["design_id"]) == [first.iloc[0].design_id] * 2  # one prompt, its later attempts
-    fresh = ctx.store.read_table("documents", ctx.run_id, ctx.gen, stages=["retry"])
+    fresh = ctx.store.read_table("documents", ctx.run_id, ctx.gen, stages=["validate"])
     assert len(fresh) == 2 and set(retries["doc_id"]) == set(fresh["doc_id"])
     assert first.iloc[0].doc_id not in set(fresh["doc_id"])  # each retry reads a fresh document
     prompt = json.loads(retries.iloc[1].prompt)[-1]["content"]
@@ -488,5 +485,5 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
     as_stage(ctx2, "validate", lambda run: validate_shard(run, designs2, 0, designer2))
     for step in range(cfg2.training.steps_per_generation):  # nothing was valid, so nothing was played
         write_stage(store, "retry2", 1, f"rollout-s{step}", {"episodes": pd.DataFrame()})
-    summary = reward.run(ctx2, None)  # type: ignore[arg-type]
+    summary = run_body(ctx2, "reward")
     assert summary["rewarded"] == 0 and summary["failed_prompts"] == 1

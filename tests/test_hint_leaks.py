@@ -10,7 +10,7 @@ from textwrap import dedent
 
 import pandas as pd
 import pytest
-from samples import write_stage
+from samples import run_body, write_stage
 
 from spade_core import hints as hints_module
 from spade_core.config import load_config
@@ -141,7 +141,7 @@ def test_a_clean_hint_is_never_rewritten(tmp_path: Path) -> None:
 def test_the_stage_writes_the_final_hints_and_reports_the_counts(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     write_stage(ctx.store, ctx.run_id, ctx.gen, "pool", {"pool": _pool()})
-    info = hint.run(ctx, HintModel([LEAK, "Still 417."]))
+    info = run_body(ctx, "hint", HintModel([LEAK, "Still 417."]))
     assert info == {"rows": 1, "leaked": 1, "rewrites": 1, "still_leaking": 1}
     stored = ctx.store.read_table("hints", ctx.run_id, ctx.gen, stages=["hint"])
     assert stored[["hint", "leaks_solution"]].values.tolist() == [["Still 417.", True]]

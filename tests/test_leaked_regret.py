@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from samples import frame, write_stage
+from samples import frame, run_body, write_stage
 
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages import score
 from spade_core.store import Store
 
 ENV = "env-leaky"
@@ -33,7 +32,7 @@ def _scored(tmp_path: Path, *overrides: str) -> pd.Series:
     write_stage(ctx.store, ctx.run_id, ctx.gen, "pool", {"pool": pool})
     write_stage(ctx.store, ctx.run_id, ctx.gen, "hint", {"hints": hints})
     write_stage(ctx.store, ctx.run_id, ctx.gen, "rollout-s0", {"episodes": episodes})
-    score.run(ctx, None)  # type: ignore[arg-type]  # the stage calls no model
+    run_body(ctx, "score")  # the stage calls no model
     return ctx.store.read_table("env_scores", ctx.run_id, ctx.gen).iloc[0]
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
-from samples import ROWS
+from samples import ROWS, run_body
 
 from spade_core.checkpoints import model_path_for_checkpoint
 from spade_core.config import RolloutConfig, load_config
@@ -33,7 +33,6 @@ from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.llm.hf import TransformersGenerator, load_tokenizer
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord, write_marker
-from spade_core.pipeline.stages import reward
 from spade_core.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store import Store
 from spade_core.train import due_designs, train_step
@@ -154,7 +153,7 @@ def _designer_gap(tmp_path: Any, micro: str, replies: list[tuple[str, Any]], fli
     store = Store(str(tmp_path))
     cfg = _cfg(str(tmp_path), micro)
     _store_designs(store, replies, flipped)
-    summary = reward.run(GenerationContext(cfg, store, RUN, 1), None)  # type: ignore[arg-type]
+    summary = run_body(GenerationContext(cfg, store, RUN, 1), "reward")
     assert summary["rewarded"] == 4 and summary["train_step"] == K
     rewards = store.read_table("designer_rewards", RUN, 1, stages=["reward"]).set_index("design_id")["reward"]
     up, down = (NEGATIVE, POSITIVE) if flipped else (POSITIVE, NEGATIVE)

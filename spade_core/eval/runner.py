@@ -219,6 +219,7 @@ def evaluate_checkpoint(
     *,
     max_new_tokens: int | None = None,
     progress: bool = False,
+    written: list[Any] | None = None,
 ) -> pd.DataFrame:
     """Evaluate the checkpoint that ends generation ``gen`` of ``run_id`` and write its rows to ``evals``.
 
@@ -231,6 +232,7 @@ def evaluate_checkpoint(
         suites, limit: default to ``cfg.evaluation.suites`` and ``cfg.evaluation.limit``.
         generator: an already-built generator for that model (else one is built and closed here).
         max_new_tokens: tokens per reply (default ``cfg.evaluation.max_new_tokens`` if set, else per suite).
+        written: gets the files written (the evaluate stage lists them in its marker).
     """
     from spade_core.eval import resolve_suites
 
@@ -255,7 +257,9 @@ def evaluate_checkpoint(
             generator.close()
     for suite in resolved:
         rows = frame[frame["suite"] == suite.name].reset_index(drop=True)
-        store.write_table("evals", rows, run_id=run_id, gen=gen, stage=f"eval-{suite.name}", shard=0)
+        file = store.write_table("evals", rows, run_id=run_id, gen=gen, stage=f"eval-{suite.name}", shard=0)
+        if written is not None:
+            written.append(file)
     return frame
 
 

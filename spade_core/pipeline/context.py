@@ -1,5 +1,12 @@
 """What one execution of a stage sees: the run, the generation, its shard, its inputs, and the store.
 
+A stage declares the tables it reads and writes (:class:`~spade_core.pipeline.stage.Stage` ``reads`` and
+``writes``; ``checkpoint`` for the trainer's weights). In an execution the context refuses any other: a
+read or write of an undeclared table is an :class:`UndeclaredTable` error naming the stage, the table and
+what it declared. Every file is named after the stage that writes it (``{stage}-{shard}.parquet``), and
+every file it produces, through :meth:`GenerationContext.write` or handed in by the trainer or the
+evaluator (:meth:`GenerationContext.adopt`), is listed in its marker.
+
 Reads name the stages (and columns) they want and take exactly the files those stages' markers list (never
 a glob), so files that other commands or stages wrote into the same partition (``spade demo``'s
 ``seed_check``, ``spade rollout --run-id``'s ``rollout-cli``) never leak into a generation, and a listed
@@ -26,6 +33,10 @@ if TYPE_CHECKING:
     from spade_core.pipeline.markers import StageRecord
 
 
+class UndeclaredTable(RuntimeError):
+    """A stage read or wrote a table it does not declare (a bug in the stage or its declaration)."""
+
+
 @dataclass
 class GenerationContext:
     """The run, generation and (for a sharded stage) shard of one stage execution."""
@@ -41,6 +52,8 @@ class GenerationContext:
     step: int | None = None  # the step k within the generation, for the per-step stages
     policy_step: int | None = None  # the checkpoint the stage's model lease serves (resolved at its start)
     written: list[WrittenFile] = field(default_factory=list)  # every file written by this execution
+    reads: frozenset[str] | None = None  # the tables this execution may read (None: outside a stage)
+    writes: frozenset[str] | None = None  # the tables this execution may write (None: outside a stage)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -59,8 +72,11 @@ class GenerationContext:
         upstream: dict[str, StageRecord] | None = None,
         step: int | None = None,
         policy_step: int | None = None,
+        reads: Sequence[str] | None = None,
+        writes: Sequence[str] | None = None,
     ) -> GenerationContext:
-        """A fresh context for one execution: its ``written`` list is exactly that execution's files."""
+        """A fresh context for one execution: its ``written`` list is exactly that execution's files, and it
+        reads and writes only the tables ``reads`` and ``writes`` (all, when None)."""
         return GenerationContext(
             self.cfg,
             self.store,
@@ -72,7 +88,17 @@ class GenerationContext:
             self.echo,
             step,
             policy_step,
+            reads=None if reads is None else frozenset(reads),
+            writes=None if writes is None else frozenset(writes),
         )
+
+    def _declared(self, table: str, how: str) -> None:
+        declared = self.reads if how == "read" else self.writes
+        if declared is not None and table not in declared:
+            raise UndeclaredTable(
+                f"stage {self.stage or '?'} {how}s table {table!r} but declares {how}s of "
+                f"{sorted(declared) or 'none'} (spade_core/pipeline/registry.py)"
+            )
 
     @property
     def steps(self) -> int:
@@ -95,12 +121,22 @@ class GenerationContext:
         the step's own checkpoint): what the rows' ``policy_step`` column stores."""
         return self.global_step if self.policy_step is None else self.policy_step
 
-    def write(self, table: str, frame: pd.DataFrame, stage: str, shard: int | str = 0) -> pd.DataFrame:
-        """Write ``frame`` as this generation's (stage, shard) file of ``table`` (empty: schema only)."""
+    def write(self, table: str, frame: pd.DataFrame, shard: int | str = 0) -> pd.DataFrame:
+        """Write ``frame`` as this stage's file ``{stage}-{shard}`` of this generation's ``table`` (empty:
+        schema only)."""
+        self._declared(table, "write")
+        if not self.stage:
+            raise UndeclaredTable(f"a write of table {table!r} outside a stage execution (it names no stage)")
         self.written.append(
-            self.store.write_table(table, frame, run_id=self.run_id, gen=self.gen, stage=stage, shard=shard)
+            self.store.write_table(table, frame, run_id=self.run_id, gen=self.gen, stage=self.stage, shard=shard)
         )
         return frame
+
+    def adopt(self, files: Sequence[WrittenFile]) -> None:
+        """List files this stage's trainer or evaluator wrote (checkpoint, evals) in its marker."""
+        for written in files:
+            self._declared(written.table, "write")
+        self.written.extend(files)
 
     def read(self, table: str, stages: Sequence[str], columns: Sequence[str] | None = None) -> pd.DataFrame:
         """This generation's rows of ``table`` written by ``stages`` (all their shards), optionally some columns.
@@ -109,6 +145,7 @@ class GenerationContext:
         markers in the store); a stage without a marker, or a listed file that is gone, is a
         :class:`~spade_core.store.StoreError` naming it.
         """
+        self._declared(table, "read")
         files = [path for stage in stages for path in self._listed(table, stage)]
         try:
             return self.store.read_files(table, files, columns=columns)
@@ -129,20 +166,38 @@ class GenerationContext:
 
     def read_shard(self, table: str, stage: str, shard: int) -> pd.DataFrame:
         """Exactly one (stage, shard) file of this generation's ``table``."""
+        self._declared(table, "read")
         path = self.store.table_path(table, self.run_id, self.gen, stage, shard)
         with self.store.fs.open(path, "rb") as fh:
             return pq.read_table(fh, schema=SCHEMAS[table]).to_pandas(maps_as_pydicts="strict")
 
     def pool(self) -> pd.DataFrame:
         """The environments this generation plays, as the pool stage wrote them (read once)."""
+        self._declared("pool", "read")
         if "pool" not in self._memo:
             self._memo["pool"] = self.read("pool", ["pool"]).drop(columns=["run_id", "gen"])
         return self._memo["pool"]
 
     def previous_memory(self) -> Memory:
         """The memory snapshot of generation ``gen - 1`` (the seeded memory before the first), read once."""
+        self._declared("memory", "read")
         if "memory" not in self._memo:
             from spade_core.memory import Memory
 
             self._memo["memory"] = Memory.load(self.store, self.run_id, self.gen - 1, self.cfg.memory)
         return self._memo["memory"]
+
+    def read_previous(self, table: str, stage: str) -> pd.DataFrame:
+        """Generation ``gen - 1``'s rows of ``table`` written by ``stage`` (empty before the first)."""
+        self._declared(table, "read")
+        if self.gen <= 1:
+            return self.store.read_files(table, [])
+        return self.store.read_table(table, self.run_id, self.gen - 1, stages=[stage])
+
+    def final_designs(self, *, novelty: bool = True) -> pd.DataFrame:
+        """This generation's designs with their final verdicts (:func:`spade_core.pipeline.verdicts.final_designs`)."""
+        from spade_core.pipeline.verdicts import final_designs
+
+        for table in ("designs", "validations", *(("novelty",) if novelty else ())):
+            self._declared(table, "read")
+        return final_designs(self.store, self.run_id, self.gen, novelty=novelty)

@@ -39,6 +39,7 @@ from spade_core.pipeline.stages import (
     train,
     validate,
 )
+from spade_core.schemas import SCHEMAS
 
 
 def designing(cfg: SpadeConfig, gen: int) -> bool:
@@ -46,10 +47,33 @@ def designing(cfg: SpadeConfig, gen: int) -> bool:
     return not cfg.designer.fixed_pool
 
 
+# What the judged designs are read from (:func:`spade_core.pipeline.verdicts.final_designs`).
+VERDICTS = ("designs", "validations", "novelty")
+
 STAGES: tuple[Stage, ...] = (
-    Stage("documents", documents.run, retried=True, applies=designing),
-    Stage("design", design.run, ("documents",), ("memory", "train"), uses_model=True, retried=True, applies=designing),
-    Stage("validate", validate.run, ("design",), uses_model=True, retried=True, shard_by="design", applies=designing),
+    Stage("documents", documents.run, retried=True, applies=designing, writes=("documents",)),
+    Stage(
+        "design",
+        design.run,
+        ("documents",),
+        ("memory", "train"),
+        uses_model=True,
+        retried=True,
+        applies=designing,
+        reads=("documents", "memory"),
+        writes=("designs",),
+    ),
+    Stage(
+        "validate",
+        validate.run,
+        ("design",),
+        uses_model=True,
+        retried=True,
+        shard_by="design",
+        applies=designing,
+        reads=("designs", "memory"),
+        writes=("validations", "designs", "documents"),
+    ),
     Stage(
         "topup",
         topup.run,
@@ -58,10 +82,27 @@ STAGES: tuple[Stage, ...] = (
         uses_model=True,
         retried=True,
         applies=topup.applies,
+        reads=("designs", "validations", "memory"),
+        writes=("documents", "designs", "validations"),
     ),
-    Stage("novelty", novelty.run, ("validate", "topup"), ("memory",), applies=novelty.applies),
-    Stage("pool", pool.run, ("validate", "topup", "novelty"), ("memory", "train")),
-    Stage("hint", hint.run, ("pool",), uses_model=True, retried=True),
+    Stage(
+        "novelty",
+        novelty.run,
+        ("validate", "topup"),
+        ("memory",),
+        applies=novelty.applies,
+        reads=("designs", "validations", "memory"),
+        writes=("novelty",),
+    ),
+    Stage(
+        "pool",
+        pool.run,
+        ("validate", "topup", "novelty"),
+        ("memory", "train"),
+        reads=(*VERDICTS, "memory", "pool"),
+        writes=("pool",),
+    ),
+    Stage("hint", hint.run, ("pool",), uses_model=True, retried=True, reads=("pool",), writes=("hints",)),
     Stage(
         "rollout",
         rollout.run,
@@ -72,9 +113,24 @@ STAGES: tuple[Stage, ...] = (
         per_step=True,
         carry=("train",),
         may_lag=True,
+        reads=("pool", "hints"),
+        writes=("episodes",),
     ),
-    Stage("score", score.run, ("design", "validate", "topup", "novelty", "pool", "hint", "rollout")),
-    Stage("memory", memory.run, ("score",)),
+    Stage(
+        "score",
+        score.run,
+        ("design", "validate", "topup", "novelty", "pool", "hint", "rollout"),
+        reads=(*VERDICTS, "pool", "hints", "episodes"),
+        writes=("env_scores",),
+    ),
+    Stage(
+        "memory",
+        memory.run,
+        ("pool", "rollout", "score"),
+        ("memory",),
+        reads=("memory", "pool", "episodes", "env_scores"),
+        writes=("memory",),
+    ),
     Stage(
         "train",
         train.run,
@@ -84,6 +140,8 @@ STAGES: tuple[Stage, ...] = (
         exclusive=True,
         per_step=True,
         carry=("train",),
+        reads=(*VERDICTS, "pool", "episodes", "designer_rewards"),  # read by the trainer's own process
+        writes=("checkpoint",),
     ),
     Stage(
         "reward",
@@ -91,12 +149,17 @@ STAGES: tuple[Stage, ...] = (
         ("validate", "topup", "novelty", "pool", "hint", "rollout"),
         ("reward",),
         applies=reward.applies,
+        reads=(*VERDICTS, "pool", "hints", "episodes", "designer_lp_state"),
+        writes=("designer_rewards", "designer_lp_state"),
     ),
-    Stage("evaluate", evaluate.run, ("train",), retried=True, exclusive=True, applies=evaluate.due),
+    Stage("evaluate", evaluate.run, ("train",), retried=True, exclusive=True, applies=evaluate.due, writes=("evals",)),
 )
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 # The design chain: the stages declared before the first per-step one (:func:`chain_for` gives its instances).
 CHAIN: tuple[str, ...] = tuple(s.name for s in STAGES[: next(i for i, s in enumerate(STAGES) if s.per_step)])
+_UNKNOWN = {t for s in STAGES for t in (*s.reads, *s.writes)} - set(SCHEMAS) - {"checkpoint"}
+if _UNKNOWN:
+    raise RuntimeError(f"stages declare tables that do not exist: {sorted(_UNKNOWN)}")
 if {s.name for s in STAGES if s.per_step} != set(STEP_STAGES):
     raise RuntimeError(f"per-step stages {sorted(s.name for s in STAGES if s.per_step)} != names.STEP_STAGES")
 

@@ -74,6 +74,10 @@ class Stage:
         may_lag: a per-step stage that may use a checkpoint up to ``orchestration.max_staleness`` steps
             older than its step's, so that it overlaps the previous step's update (the rollout).
         step: set on an instance: the step ``k`` within the generation it belongs to (None: no step).
+        reads: the tables its body reads (:data:`spade_core.schemas.SCHEMAS` names); the context refuses
+            any other.
+        writes: the tables it writes (``checkpoint``: the trainer's weights); the context refuses any
+            other, and every file it writes is listed in its marker.
     """
 
     name: str
@@ -89,6 +93,8 @@ class Stage:
     carry: tuple[str, ...] = ()
     may_lag: bool = False
     step: int | None = None
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
 
 class LazyGenerator:
@@ -193,7 +199,7 @@ def _resumable(
     if lease_at is not None:
         policy_step = resolve_policy_step(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, stage)
         lease = lease_at(policy_step)
-    run = ctx.execution(name, shard, upstream, stage.step, policy_step)
+    run = ctx.execution(name, shard, upstream, stage.step, policy_step, stage.reads, stage.writes)
     with ExitStack() as stack:
         model = LazyGenerator(lease, stack)
         info = stage.body(run, cast(Generator, model)) or {}

@@ -159,7 +159,7 @@ def design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator
             ids.append((design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, skill, p * group + g), group_id))
     frame = generate_rows(ctx, prompts, ids, generator, rng, attempt=0, seed=ctx.seed)
     for shard in range(shard_count(len(frame), ctx.shard_size)):
-        ctx.write("designs", shard_rows(frame, shard, ctx.shard_size), NAME, shard)
+        ctx.write("designs", shard_rows(frame, shard, ctx.shard_size), shard)
     return frame
 
 

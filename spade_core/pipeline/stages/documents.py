@@ -26,5 +26,5 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
             max(corpus.max_words, corpus.max_words_tool),
             endpoint_url=ctx.cfg.store.endpoint_url,
         )
-    ctx.write("documents", frame, NAME)
+    ctx.write("documents", frame)
     return {"rows": len(frame)}

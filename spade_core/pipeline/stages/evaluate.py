@@ -1,6 +1,6 @@
 """Evaluate (docs/DESIGN.md §9; every ``evaluation.every`` generations): the checkpoint that ends generation
-``gen`` (global step ``gen · K``) on the held-out suites. A generation that wrote no checkpoint records the
-stage as a no-op with its reason."""
+``gen`` (global step ``gen · K``) on the held-out suites; its marker lists the ``evals`` files. A generation
+that wrote no checkpoint records the stage as a no-op with its reason."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from spade_core.config import SpadeConfig
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
+from spade_core.store import WrittenFile
 
 NAME = "evaluate"
 
@@ -25,6 +26,8 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
 
     if not checkpoint_complete(ctx.store, ctx.run_id, ctx.gen * ctx.steps):
         return {"skipped_reason": f"generation {ctx.gen} wrote no checkpoint (training.enabled is false)"}
-    frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen)
+    written: list[WrittenFile] = []
+    frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, written=written)
+    ctx.adopt(written)  # ``eval-{suite}``: the name ``spade eval`` writes too, so either replaces the other
     means = frame.groupby("suite")["score"].mean().round(4).to_dict() if not frame.empty else {}
     return {"items": len(frame), "score_mean": means}

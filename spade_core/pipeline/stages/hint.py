@@ -124,5 +124,5 @@ def hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> p
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     frame, counts = hints_and_counts(ctx, ctx.pool(), model)
-    written = ctx.write("hints", frame, NAME)
+    written = ctx.write("hints", frame)
     return {"rows": len(written), **counts}

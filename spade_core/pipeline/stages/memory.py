@@ -22,5 +22,5 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     episodes = ctx.read("episodes", [instance_name("rollout", 0)], columns)[columns]
     # The memory's win rate is the fraction of the first step's no-hint plays with return > 0 (the authors').
     memory.add_scored(scores, pool[pool["source"] != "starter"], ctx.gen, wins=win_fractions(episodes))
-    frame = ctx.write("memory", memory.to_frame(), NAME)
+    frame = ctx.write("memory", memory.to_frame())
     return {"rows": len(frame)}

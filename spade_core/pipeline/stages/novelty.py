@@ -23,7 +23,6 @@ from spade_core.memory import Memory
 from spade_core.mutation import parent_similarity
 from spade_core.novelty import default_embedder, novelty_filter
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.verdicts import final_designs
 
 NAME = "novelty"
 
@@ -85,7 +84,7 @@ def parent_codes(memory: Memory) -> dict[str, str]:
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     cfg = ctx.cfg
-    final = final_designs(ctx.store, ctx.run_id, ctx.gen, novelty=False)
+    final = ctx.final_designs(novelty=False)
     valid = final[final["ok"]]
     memory = ctx.previous_memory()
     frames = []
@@ -97,6 +96,6 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
         frames.append(novelty_rows(valid, [e.code for e in memory], cfg.memory.novelty_threshold))
     frames = [f for f in frames if not f.empty]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    ctx.write("novelty", rows, NAME)
+    ctx.write("novelty", rows)
     rejected = set(rows.loc[~rows["novel"].astype(bool), "design_id"]) if not rows.empty else set()
     return {"checked": len(set(rows["design_id"])) if not rows.empty else 0, "rejected": len(rejected)}

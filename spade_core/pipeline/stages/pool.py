@@ -17,7 +17,6 @@ from spade_core.envs.seeds import SeedEnv, load_seed_envs, load_starter_envs
 from spade_core.llm.base import Generator
 from spade_core.memory import Memory
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.verdicts import final_designs
 from spade_core.shards import shard_count
 
 NAME = "pool"
@@ -85,10 +84,10 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     if ctx.cfg.designer.fixed_pool:
         envs = fixed_pool(ctx)
     else:
-        designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
+        designs = ctx.final_designs()
         envs = designed_pool(designs, ctx.previous_memory(), ctx.cfg.rollout.replay_envs)
         envs = with_starters(envs, ctx.cfg.rollout.starter_envs)
-    ctx.write("pool", envs, NAME)
+    ctx.write("pool", envs)
     diversity = None
     if ctx.cfg.memory.report_diversity and not envs.empty:
         from spade_core.novelty import default_embedder, pool_diversity

@@ -28,7 +28,6 @@ from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.stages.rollout import no_hint_plays
-from spade_core.pipeline.verdicts import final_designs
 from spade_core.steps import designer_delay
 
 NAME = "reward"
@@ -57,7 +56,7 @@ def _lp_state(ctx: GenerationContext) -> LearningPotentialState:
     scoring = ctx.cfg.scoring
     frame = pd.DataFrame()
     if ctx.gen > 1:
-        frame = ctx.store.read_table("designer_lp_state", ctx.run_id, ctx.gen - 1, stages=[NAME])
+        frame = ctx.read_previous("designer_lp_state", NAME)
         frame = frame.drop(columns=["run_id", "gen"], errors="ignore")
     if frame.empty:  # the first generation, or a previous one that rewarded nothing yet
         return LearningPotentialState(scoring.lp_gamma_fast, scoring.lp_gamma_slow)
@@ -67,14 +66,14 @@ def _lp_state(ctx: GenerationContext) -> LearningPotentialState:
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     cfg = ctx.cfg
     k = cfg.training.steps_per_generation
-    designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
+    designs = ctx.final_designs()
     valid = designs[designs["ok"]][["design_id", "env_id", "skill"]] if not designs.empty else designs
     steps = [instance_name("rollout", s) for s in range(k)]
     episodes = ctx.read("episodes", steps, EPISODE_COLUMNS)
     state = _lp_state(ctx)
     if valid.empty or episodes.empty:  # nothing valid (every attempt failed) or nothing played
-        ctx.write("designer_rewards", pd.DataFrame(columns=COLUMNS), NAME)
-        ctx.write("designer_lp_state", state.to_frame(), NAME)
+        ctx.write("designer_rewards", pd.DataFrame(columns=COLUMNS))
+        ctx.write("designer_lp_state", state.to_frame())
         return {"rewarded": 0, "dropped": 0, "failed_prompts": len(designs) - len(valid)}
     window = window_inputs(episodes[episodes["env_id"].isin(set(valid["env_id"]))])
     broken = sorted(window.loc[window["n_no_hint"] == 0, "env_id"])  # no usable no-hint play: unrewarded
@@ -89,8 +88,8 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     frame, new_state = designer_rewards(envs, cfg.scoring.designer_reward, cfg.scoring, scale, state)
     delay = designer_delay(cfg)
     out = frame.rename(columns={"win_rate": "window_win_rate"}).assign(scale=scale, train_step=ctx.first_step + delay)
-    ctx.write("designer_rewards", out[COLUMNS], NAME)
-    ctx.write("designer_lp_state", (new_state or state).to_frame(), NAME)
+    ctx.write("designer_rewards", out[COLUMNS])
+    ctx.write("designer_lp_state", (new_state or state).to_frame())
     return {
         "rewarded": int((~out["dropped"]).sum()),
         "dropped": int(out["dropped"].sum()),

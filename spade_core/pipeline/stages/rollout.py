@@ -88,5 +88,5 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     shard = ctx.shard or 0
     block = shard_rows(ctx.pool(), shard, ctx.shard_size)
     hints = ctx.read("hints", ["hint"], ["env_id", "hint"])
-    played = ctx.write("episodes", rollouts(ctx, block, hints, model), ctx.stage, shard)
+    played = ctx.write("episodes", rollouts(ctx, block, hints, model), shard)
     return {"envs": len(block), "episodes": len(played), "policy_step": ctx.model_step}

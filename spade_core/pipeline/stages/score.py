@@ -15,7 +15,6 @@ from spade_core.hints import leaked_env_ids
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.names import instance_name
-from spade_core.pipeline.verdicts import final_designs
 from spade_core.scoring import broken_env_ids, score_environments
 
 NAME = "score"
@@ -43,13 +42,13 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     if ctx.cfg.designer.fixed_pool:
         designs = pd.DataFrame(columns=["design_id", "skill", "env_id", "ok"])
     else:
-        designs = final_designs(ctx.store, ctx.run_id, ctx.gen)
+        designs = ctx.final_designs()
     # The pool's first plays (step 0: the hinted plays and the first no-hint plays) give win rate and regret.
     episodes = ctx.read("episodes", [instance_name("rollout", 0)], EPISODE_COLUMNS)[EPISODE_COLUMNS]
     hints = ctx.read("hints", ["hint"], ["env_id", "leaks_solution"])
     envs = scored_envs(designs, ctx.pool())
     leaked = leaked_env_ids(hints) if ctx.cfg.scoring.zero_leaked_regret else frozenset()
     scores = score_environments(episodes, envs, ctx.cfg.scoring, leaked=leaked)
-    ctx.write("env_scores", scores, NAME)
+    ctx.write("env_scores", scores)
     # A valid environment whose no-hint plays all broke has no win rate: no row, listed here.
     return {"rows": len(scores), "broken_envs": broken_env_ids(episodes)}

@@ -26,7 +26,6 @@ from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.design import generate_rows, prompt_for, prompt_plan
 from spade_core.pipeline.stages.validate import fresh_documents, validate_with_retries
-from spade_core.pipeline.verdicts import final_designs
 
 NAME = "topup"
 ROUND_OFFSET = 100_000  # design index of round r's i-th prompt: r * ROUND_OFFSET + i (apart from design's)
@@ -47,7 +46,7 @@ def missing(valid_env_ids: set[str], target: int) -> int:
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     cfg = ctx.cfg.designer
-    judged = final_designs(ctx.store, ctx.run_id, ctx.gen, novelty=False)
+    judged = ctx.final_designs(novelty=False)
     valid = set(judged.loc[judged["ok"], "env_id"]) if not judged.empty else set()
     before = len(valid)
     skills = list(judged.loc[~judged["ok"], "skill"]) if not judged.empty else []
@@ -79,9 +78,9 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
         documents += [docs, retry_docs]
         final = verdicts.sort_values(["design_id", "attempt"]).drop_duplicates("design_id", keep="last")
         valid |= set(final.loc[final["ok"], "env_id"])
-    ctx.write("documents", _concat(documents), NAME)
-    ctx.write("designs", _concat(designs), NAME)
-    ctx.write("validations", _concat(validations), NAME)
+    ctx.write("documents", _concat(documents))
+    ctx.write("designs", _concat(designs))
+    ctx.write("validations", _concat(validations))
     return {
         "valid_before": before,
         "valid": len(valid),

@@ -4,7 +4,7 @@ Shard ``k`` validates exactly ``designs/design-{k}``. A design prompt has ``desi
 attempts: after a failed one, the next is a repair (the first ``designer.repair_rounds`` retries: the
 error is fed back to the model) or a fresh design of the same skill from a fresh document (the authors'
 retry). Every retry is a new ``designs`` row of its own (same ``design_id``, ``attempt`` = its number,
-file ``repair-{k}``), its document a ``documents`` row (file ``retry-{k}``) and its verdict a new
+file ``designs/validate-{k}``), its document a ``documents`` row (file ``documents/validate-{k}``) and its verdict a new
 ``validations`` row, so nothing the design stage wrote is ever rewritten. The verdict of a design is the
 one of its highest attempt (:func:`spade_core.pipeline.verdicts.final_designs`); failed attempts are never
 trained on. Every attempt's code was repaired before it is validated here (``validation.code_repairs``;
@@ -28,8 +28,6 @@ from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_re
 from spade_core.validate import validate_many
 
 NAME = "validate"
-REPAIR = "repair"  # the designs file of this stage's retries (repairs and fresh designs)
-RETRY_DOCUMENTS = "retry"  # the documents file of the fresh documents of retries
 
 
 def validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[str, Any]]:
@@ -150,12 +148,13 @@ def validate_with_retries(
 def validate_shard(
     ctx: GenerationContext, designs: pd.DataFrame, shard: int, generator: Generator | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`validate_with_retries` of one shard of designs; writes ``validate-{shard}``, ``repair-{shard}``
-    and the retries' documents (``retry-{shard}``). Returns (the retried design rows, every validation row)."""
+    """:func:`validate_with_retries` of one shard of designs; writes ``validate-{shard}`` of ``validations``,
+    of ``designs`` (the retries) and of ``documents`` (the retries' fresh documents). Returns (the retried
+    design rows, every validation row)."""
     retries, rows, documents = validate_with_retries(ctx, designs, shard, generator)
-    ctx.write("documents", documents, RETRY_DOCUMENTS, shard)
-    ctx.write("designs", retries, REPAIR, shard)
-    return retries, ctx.write("validations", rows, NAME, shard)
+    ctx.write("documents", documents, shard)
+    ctx.write("designs", retries, shard)
+    return retries, ctx.write("validations", rows, shard)
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
