@@ -62,7 +62,7 @@ def run_mode(mode: str, generations: int, extra: list[str], work: Path, reuse: b
         PYTHONUNBUFFERED="1",
     )
     overrides = [f"orchestration.async_generations={'true' if mode == 'async' else 'false'}", *extra]
-    cmd = [sys.executable, "-m", "flows.cli", "run", "--run-id", RUN, "--store", str(root)]
+    cmd = [sys.executable, "-m", "spade_core.cli", "run", "--run-id", RUN, "--store", str(root)]
     cmd += ["--generations", str(generations), *[a for o in overrides for a in ("--set", o)]]
     print(f"[{mode}] {' '.join(cmd[2:])}", flush=True)
     started = time.perf_counter()

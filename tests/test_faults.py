@@ -40,7 +40,12 @@ def _spade(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
     environ = {k: v for k, v in os.environ.items() if k != "SPADE_DEBUG"} | (env or {})
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=environ, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "spade_core.cli", *args],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

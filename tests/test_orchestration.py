@@ -331,7 +331,7 @@ def test_validation_shards_on_processes_and_a_local_dask_cluster_match_threads(t
 def test_spade_status_reads_the_store_and_resume_says_when_there_is_nothing_to_do(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from spade_core.cli import app
 
     runner = CliRunner()
     missing = runner.invoke(app, ["status", "nope", "--store", str(tmp_path)])

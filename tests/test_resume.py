@@ -74,7 +74,7 @@ def spade_env(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[str, 
 
 
 def spade_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", *args]
+    return [sys.executable, "-m", "spade_core.cli", *args]
 
 
 def kill_with_two_generations_in_flight(

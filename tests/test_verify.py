@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from spade_core.cli import app
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.markers import StageRecord, list_markers, read_marker
