@@ -13,28 +13,21 @@ rewarded after the K steps of their window (the agent played the generation's po
                       regret       = max(0, R)
                       learnability = 1 - p if 0 < p < 1 else 0
                       learning_potential = |p(e) - mu_slow(skill)|, mu_slow read after this window's update
+                                           (spade_core.learning_potential: the per-skill EMA state)
     drop            blend and solve_rate samples with raw < 0 (strictly) are never trained
     centre     a(e) = raw(e) - mean{raw(e') : e' kept, same skill, same generation}    (no std division)
     scale      c    = min(n_agent / n_designer * K, cap)            [192 / 24 * 4 = 32 games; 50 cap]
     reward     A(e) = c * a(e)
 
-Learning potential keeps two EMAs of the agent's return per skill. Each generation feeds one observation
-per skill present: r = the play-weighted mean of every window no-hint play of that skill's environments
-(a skill with no plays this window keeps its state). The first observation sets both EMAs to r; after that,
-with gamma the weight of the *new* observation (the authors' convention, the reverse of the usual one)::
-
-    mu_fast <- (1 - gamma_fast) * mu_fast + gamma_fast * r       [gamma_fast 0.98]
-    mu_slow <- (1 - gamma_slow) * mu_slow + gamma_slow * r       [gamma_slow 0.85]
-
-The reward uses only mu_slow; ``(mu_fast - mu_slow) / (2 (gamma_fast - gamma_slow))`` is the signed potential,
-a monitoring value. The state is a :class:`LearningPotentialState` whose :meth:`~LearningPotentialState.to_frame`
-is meant to be stored once per generation, so a resumed run continues the EMAs (the authors keep them in
-process memory and lose them on a crash).
+The window win rate is pooled, so a step with more plays weighs more (the authors flatten the window's
+plays, ``delayed_env_rewards.py:492-494``); the regret's two means are played by the same checkpoint at the
+regeneration step (the authors' "matched timing", ``delayed_env_rewards.py:461-464``), the only step with
+hinted plays. :func:`window_inputs` computes both from the episodes.
 
 Facts from the authors' repository (github spade-rl/spade): ``spade/core/utils/delayed_env_rewards.py``
-(the variants and the shared centring tail), ``spade/core/learning_potential.py`` (the EMAs),
-``spade/core/utils/rewards.py`` (``compute_env_reward_scale``), ``cmd/games/train_spade_30b.sh`` (the paper's
-blend / solve_rate / learning_potential settings). Where this module chose differently:
+(the variants and the shared centring tail), ``spade/core/utils/rewards.py`` (``compute_env_reward_scale``),
+``cmd/games/train_spade_30b.sh`` (the paper's blend / solve_rate / learning_potential settings). Where this
+module chose differently:
 
 - When can a raw value be negative? Paper blend floors and clips the regret term to [0, 1], the plateau
   is >= 0 and both weights are >= 0, so blend (and solve_rate, which is blend with weights regret 0 and
@@ -48,23 +41,19 @@ blend / solve_rate / learning_potential settings). Where this module chose diffe
 - An environment without no-hint plays is an error here (as in spade_core.scoring), where the authors score
   it with win rate 0; without hinted plays its regret is 0 here, where the authors set the hinted mean to 0
   (regret = -mean(first step)). The two agree whenever first-step returns are >= 0.
-- A skill the LP state has not seen starts a new tracker; the authors skip a skill they have no tracker for
-  (they create one per configured skill at start-up, so that does not happen in their runs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Hashable, Sequence
 from typing import get_args
 
 import numpy as np
 import pandas as pd
 
-from spade_core import scoring
 from spade_core.config import DesignerRewardVariant, ScoringConfig
-from spade_core.scoring import CONDITIONS, DESIGNER_REWARDS, ScoringError
+from spade_core.learning_potential import LearningPotentialState, learning_potential_update
+from spade_core.scoring import CONDITIONS, DESIGNER_REWARDS, ScoringError, env_broken
 
 Variant = DesignerRewardVariant
 VARIANTS: tuple[str, ...] = get_args(Variant)
@@ -72,11 +61,8 @@ VARIANTS: tuple[str, ...] = get_args(Variant)
 DROPPING_VARIANTS = frozenset({"blend", "solve_rate"})
 _NEEDS_REGRET = frozenset({"blend", "regret"})
 
-DEFAULT_GAMMA_FAST = 0.98  # paper runs: --spade-gamma1 0.98 (the authors' argparse default is 0.99)
-DEFAULT_GAMMA_SLOW = 0.85  # paper runs: --spade-gamma2 0.85 (argparse default 0.95)
 DEFAULT_SCALE_CAP = 50.0  # --spade-max-env-reward-scale
 
-LP_STATE_COLUMNS = ("skill", "mu_fast", "mu_slow", "count", "gamma_fast", "gamma_slow")
 INPUT_COLUMNS = ("env_id", "skill", "win_rate")  # plus r_hint, r_no_hint_first for blend / regret; n_no_hint
 OUTPUT_COLUMNS = ("regret", "raw", "dropped", "centred", "reward")
 WINDOW_COLUMNS = ("env_id", "win_rate", "n_no_hint", "r_no_hint_first", "r_hint", "n_hint", "n_broken")
@@ -88,37 +74,13 @@ def _check_variant(variant: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Window statistics and the raw variants
+# The raw variants, the drop, the centring and the scale
 # --------------------------------------------------------------------------------------------------------------
-
-
-def window_win_rate(no_hint_returns: Sequence[float]) -> float:
-    """Mean return of every no-hint play of one environment in its window, all K steps pooled.
-
-    Pooled, so a step with more plays weighs more (the authors flatten the window's plays,
-    ``delayed_env_rewards.py:492-494``). No plays is an error (:class:`~spade_core.scoring.ScoringError`).
-
-    >>> window_win_rate([1.0, 1.0, 1.0, 1.0] + [0.0])  # step 0: four wins; step 1: one loss
-    0.8
-    """
-    return scoring.win_rate(no_hint_returns)
-
-
-def first_step_regret(hint_returns: Sequence[float], first_step_no_hint_returns: Sequence[float]) -> float:
-    """mean(hinted) - mean(no-hint plays of the window's first step); 0 without hinted plays.
-
-    Both sets are played by the same checkpoint at the regeneration step (the authors' "matched timing",
-    ``delayed_env_rewards.py:461-464``); the hinted plays exist only at that step.
-
-    >>> first_step_regret([1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0])
-    0.25
-    """
-    return scoring.regret(hint_returns, first_step_no_hint_returns)
 
 
 def raw_reward(variant: str, win_rate: float, regret: float, cfg: ScoringConfig) -> float:
     """One environment's raw reward under ``variant`` (not ``learning_potential``: see
-    :func:`learning_potential_update`), reusing spade_core.scoring's variant functions.
+    :func:`~spade_core.learning_potential.learning_potential_update`), reusing spade_core.scoring's variant functions.
 
     ``win_rate`` is the window's, ``regret`` the first step's. ``cfg.designer_reward`` is ignored: the
     variant is the argument, since ``learning_potential`` is not one of that field's choices.
@@ -198,200 +160,6 @@ def env_reward_scale(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Learning potential: per-skill EMAs as explicit, serialisable state
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SkillEMA:
-    """One skill's EMAs after ``count`` >= 1 observations."""
-
-    mu_fast: float
-    mu_slow: float
-    count: int
-
-
-@dataclass(frozen=True)
-class LearningPotentialState:
-    """Per-skill fast/slow EMAs of the agent's window return; immutable, updated by returning a new state.
-
-    ``gamma_*`` is the weight of the new observation (``spade/core/learning_potential.py:18-25``); the authors
-    require gamma_fast > gamma_slow. A skill absent from ``skills`` has had no observation.
-    """
-
-    gamma_fast: float = DEFAULT_GAMMA_FAST
-    gamma_slow: float = DEFAULT_GAMMA_SLOW
-    skills: Mapping[str, SkillEMA] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.gamma_slow < self.gamma_fast <= 1.0:
-            raise ValueError(
-                f"learning potential needs 0 < gamma_slow < gamma_fast <= 1, "
-                f"got gamma_fast={self.gamma_fast}, gamma_slow={self.gamma_slow}"
-            )
-        for skill, ema in self.skills.items():
-            if ema.count < 1 or not (np.isfinite(ema.mu_fast) and np.isfinite(ema.mu_slow)):
-                raise ValueError(f"skill {skill!r}: EMA state needs count >= 1 and finite means, got {ema}")
-        object.__setattr__(self, "skills", MappingProxyType(dict(self.skills)))
-
-    def baseline(self, skill: str) -> float:
-        """mu_slow of ``skill``, 0.0 before its first observation (as the authors' ``get_baseline``)."""
-        ema = self.skills.get(skill)
-        return ema.mu_slow if ema is not None else 0.0
-
-    def signed_potential(self, skill: str) -> float:
-        """(mu_fast - mu_slow) / (2 (gamma_fast - gamma_slow)); 0.0 before the first observation. Monitoring only.
-
-        >>> LearningPotentialState(0.8, 0.2).update({"logic": 0.0}).update({"logic": 0.5}).signed_potential("logic")
-        0.25
-        """
-        ema = self.skills.get(skill)
-        if ema is None:
-            return 0.0
-        return (ema.mu_fast - ema.mu_slow) / (2.0 * (self.gamma_fast - self.gamma_slow))
-
-    def update(self, observations: Mapping[str, float]) -> LearningPotentialState:
-        """A new state with one observation per skill in ``observations``; other skills are unchanged.
-
-        The first observation of a skill sets both EMAs to it; later ones move each EMA by its gamma.
-
-        >>> s = LearningPotentialState(0.8, 0.2).update({"logic": 0.0}).update({"logic": 0.5})
-        >>> round(s.skills["logic"].mu_fast, 12), round(s.skills["logic"].mu_slow, 12), s.skills["logic"].count
-        (0.4, 0.1, 2)
-        """
-        skills = dict(self.skills)
-        for skill, r in observations.items():
-            r = float(r)
-            if not np.isfinite(r):
-                raise ValueError(f"skill {skill!r}: observation must be finite, got {r}")
-            old = skills.get(skill)
-            if old is None:
-                skills[skill] = SkillEMA(mu_fast=r, mu_slow=r, count=1)
-            else:
-                skills[skill] = SkillEMA(
-                    mu_fast=(1.0 - self.gamma_fast) * old.mu_fast + self.gamma_fast * r,
-                    mu_slow=(1.0 - self.gamma_slow) * old.mu_slow + self.gamma_slow * r,
-                    count=old.count + 1,
-                )
-        return LearningPotentialState(self.gamma_fast, self.gamma_slow, skills)
-
-    def to_frame(self) -> pd.DataFrame:
-        """One row per observed skill (columns :data:`LP_STATE_COLUMNS`, sorted by skill), for Parquet."""
-        rows = [
-            (skill, ema.mu_fast, ema.mu_slow, ema.count, self.gamma_fast, self.gamma_slow)
-            for skill, ema in sorted(self.skills.items())
-        ]
-        frame = pd.DataFrame(rows, columns=list(LP_STATE_COLUMNS))
-        return frame.astype(
-            {"skill": object, "mu_fast": "float64", "mu_slow": "float64", "count": "int64"}
-            | {"gamma_fast": "float64", "gamma_slow": "float64"}
-        )
-
-    @classmethod
-    def from_frame(
-        cls,
-        frame: pd.DataFrame,
-        gamma_fast: float = DEFAULT_GAMMA_FAST,
-        gamma_slow: float = DEFAULT_GAMMA_SLOW,
-    ) -> LearningPotentialState:
-        """The state stored by :meth:`to_frame`; an empty frame is the fresh state of a first generation.
-
-        The gammas are the run's; rows stored under other gammas are an error (a resumed run must not
-        silently continue EMAs built with different weights).
-        """
-        missing = [c for c in LP_STATE_COLUMNS if c not in frame.columns]
-        if missing:
-            raise ValueError(f"learning-potential state frame lacks column(s) {missing}")
-        repeated = frame["skill"][frame["skill"].duplicated()]
-        if len(repeated):
-            raise ValueError(f"learning-potential state repeats skill(s) {sorted(set(repeated))}")
-        stored = {(float(f), float(s)) for f, s in zip(frame["gamma_fast"], frame["gamma_slow"], strict=True)}
-        if stored - {(float(gamma_fast), float(gamma_slow))}:
-            raise ValueError(
-                f"learning-potential state was built with (gamma_fast, gamma_slow) {sorted(stored)}, "
-                f"not the run's ({gamma_fast}, {gamma_slow})"
-            )
-        skills = {
-            str(skill): SkillEMA(mu_fast=float(fast), mu_slow=float(slow), count=int(count))
-            for skill, fast, slow, count in zip(
-                frame["skill"], frame["mu_fast"], frame["mu_slow"], frame["count"], strict=True
-            )
-        }
-        return cls(gamma_fast, gamma_slow, skills)
-
-
-def _plays(n_plays: Sequence[int] | np.ndarray | None, n: int) -> np.ndarray:
-    if n_plays is None:
-        return np.ones(n, dtype=np.int64)
-    counts = np.asarray(n_plays)
-    if counts.shape != (n,) or (counts < 0).any():
-        raise ValueError(f"n_plays needs {n} counts >= 0")
-    return counts.astype(np.int64)
-
-
-def skill_window_means(
-    win_rates: Sequence[float] | np.ndarray,
-    skills: Sequence[str],
-    n_plays: Sequence[int] | np.ndarray | None = None,
-) -> dict[str, float]:
-    """Per skill, the mean of every window play of its environments (play-weighted by ``n_plays``).
-
-    ``n_plays=None`` weighs environments equally. Skills whose environments have no plays are absent, as the
-    authors update a tracker only when its skill has plays (``delayed_env_rewards.py:128-140``).
-
-    >>> skill_window_means([1.0, 0.0], ["a", "a"], n_plays=[3, 1])
-    {'a': 0.75}
-    """
-    rates = np.asarray(win_rates, dtype=float)
-    counts = _plays(n_plays, len(rates))
-    if len(skills) != len(rates):
-        raise ValueError(f"{len(rates)} win rates but {len(skills)} skills")
-    totals: dict[str, list[float]] = {}
-    for skill, p, n in zip(skills, rates, counts, strict=True):
-        if n > 0:
-            acc = totals.setdefault(skill, [0.0, 0.0])
-            acc[0] += float(p) * int(n)
-            acc[1] += int(n)
-    return {skill: s / n for skill, (s, n) in totals.items()}
-
-
-def learning_potential_raw(
-    win_rates: Sequence[float] | np.ndarray,
-    skills: Sequence[str],
-    state: LearningPotentialState,
-    n_plays: Sequence[int] | np.ndarray | None = None,
-) -> np.ndarray:
-    """|win rate - mu_slow(skill)| under ``state`` as given (no update); 0.0 for an environment without plays.
-
-    >>> s = LearningPotentialState(0.8, 0.2).update({"a": 0.5})
-    >>> learning_potential_raw([0.2, 1.0, 0.9], ["a", "a", "a"], s, n_plays=[2, 2, 0]).round(12).tolist()
-    [0.3, 0.5, 0.0]
-    """
-    rates = np.asarray(win_rates, dtype=float)
-    counts = _plays(n_plays, len(rates))
-    if len(skills) != len(rates):
-        raise ValueError(f"{len(rates)} win rates but {len(skills)} skills")
-    baselines = np.array([state.baseline(skill) for skill in skills], dtype=float)
-    return np.where(counts > 0, np.abs(rates - baselines), 0.0)
-
-
-def learning_potential_update(
-    win_rates: Sequence[float] | np.ndarray,
-    skills: Sequence[str],
-    state: LearningPotentialState,
-    n_plays: Sequence[int] | np.ndarray | None = None,
-) -> tuple[np.ndarray, LearningPotentialState]:
-    """(raw rewards, new state): feed each skill's window mean to its EMAs, then read the new mu_slow.
-
-    The update comes first, so the raws see this window's baseline (the authors' delayed learning-potential
-    mode, ``delayed_env_rewards.py:128-169``, with the per-step updates switched off). Pure: ``state`` is
-    unchanged; store the returned state's :meth:`~LearningPotentialState.to_frame` with the generation.
-    """
-    new_state = state.update(skill_window_means(win_rates, skills, n_plays))
-    return learning_potential_raw(win_rates, skills, new_state, n_plays), new_state
-
-
-# --------------------------------------------------------------------------------------------------------------
 # Frames: episodes -> window statistics -> designer rewards
 # --------------------------------------------------------------------------------------------------------------
 
@@ -414,7 +182,7 @@ def window_inputs(episodes: pd.DataFrame, step_col: str = "policy_step") -> pd.D
     bad = sorted(set(episodes["condition"]) - set(CONDITIONS))
     if bad:
         raise ScoringError(f"episodes have unknown condition(s) {bad}; allowed: {list(CONDITIONS)}")
-    broken = scoring.env_broken(episodes)
+    broken = env_broken(episodes)
     out = pd.DataFrame({"env_id": pd.unique(episodes["env_id"])}).set_index("env_id")
     out["n_broken"] = pd.Series(broken, index=episodes.index).groupby(episodes["env_id"], sort=False).sum()
     kept = episodes[~broken]

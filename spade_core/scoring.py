@@ -54,6 +54,7 @@ import pandas as pd
 
 from sandbox.outcome import is_env_error
 from spade_core.config import ScoringConfig
+from spade_core.learning_potential import LearningPotentialState, learning_potential_update
 from spade_core.schemas import SCHEMAS
 
 CONDITIONS = ("no_hint", "hint")
@@ -281,65 +282,14 @@ def score_environments(
 
 def _one_pass_learning_potential(frame: pd.DataFrame, valid: np.ndarray, cfg: ScoringConfig) -> pd.DataFrame:
     """``learning_potential`` of this pass alone: |win rate - its skill's mean| (a fresh EMA state's first
-    update). It depends on the skill's other environments, so it is no per-environment function of
-    :data:`DESIGNER_REWARDS`; the trained reward (over the window, with the stored state) is the reward stage's.
+    update, environments weighed equally). It depends on the skill's other environments, so it is no
+    per-environment function of :data:`DESIGNER_REWARDS`; the trained reward (over the window, with the stored
+    state) is the reward stage's.
     """
-    from spade_core.designer_reward import LearningPotentialState, learning_potential_raw
-
     out = frame.copy()
     if valid.any():
-        state = LearningPotentialState(cfg.lp_gamma_fast, cfg.lp_gamma_slow)
+        fresh = LearningPotentialState(cfg.lp_gamma_fast, cfg.lp_gamma_slow)
         skills = [str(x) for x in out.loc[valid, "skill"]]
-        rates = out.loc[valid, "win_rate"].to_numpy(dtype=float)
-        state = state.update({k: float(np.mean(rates[[s == k for s in skills]])) for k in set(skills)})
-        out.loc[valid, "designer_reward"] = learning_potential_raw(rates, skills, state)
+        raw, _ = learning_potential_update(out.loc[valid, "win_rate"].to_numpy(dtype=float), skills, fresh)
+        out.loc[valid, "designer_reward"] = raw
     return out
-
-
-def _mean(values: pd.Series) -> float:
-    return float(values.mean()) if len(values) else float("nan")
-
-
-def summary_metrics(scores: pd.DataFrame, valid: Sequence[bool] | pd.Series) -> dict[str, float]:
-    """Namespaced metrics of one generation's scores; NaN where a metric has no rows to average.
-
-    ``valid`` is aligned row by row with ``scores`` (``envs["valid"]`` of :func:`score_environments`'s input
-    when no environment was left out as broken; else the validity of the rows it kept). Designer metrics
-    cover rows with a ``design_id`` (replayed envs are not designs); agent metrics cover every valid row.
-    Rows with ``hint_leaked`` (a missing column counts as False) are left out of the regret and hinted-return
-    metrics, which would otherwise measure the leak, and counted in ``envs/hint_leaked_fraction`` (of the
-    valid rows).
-
-    >>> s = pd.DataFrame({"design_id": ["a", "b"], "win_rate": [0.5, 0.0], "r_hint": [0.75, 0.0],
-    ...                   "regret": [0.25, 0.0], "designer_reward": [1.0, 0.0]})
-    >>> m = summary_metrics(s, [True, False])
-    >>> m["designer/reward_mean"], m["envs/valid_fraction"], m["agent/win_rate_mean"]
-    (0.5, 0.5, 0.5)
-    """
-    is_valid = np.asarray(valid, dtype=bool)
-    if len(is_valid) != len(scores):
-        raise ScoringError(f"valid has {len(is_valid)} values for {len(scores)} score rows")
-    designed = scores["design_id"].notna().to_numpy()
-    leaked = (
-        scores["hint_leaked"].fillna(False).astype(bool).to_numpy()
-        if "hint_leaked" in scores.columns
-        else np.zeros(len(scores), dtype=bool)
-    )
-    design_rows, valid_rows = scores[designed], scores[is_valid]
-    valid_designs = scores[designed & is_valid & ~leaked]
-    hinted = scores[is_valid & ~leaked]
-    return {
-        "envs/count": float(len(scores)),
-        "envs/designs": float(designed.sum()),
-        "envs/valid_fraction": _mean(pd.Series(is_valid[designed], dtype=float)),
-        "envs/hint_leaked_fraction": _mean(pd.Series(leaked[is_valid], dtype=float)),
-        "designer/reward_mean": _mean(design_rows["designer_reward"]),
-        "designer/reward_std": float(design_rows["designer_reward"].std(ddof=0)) if len(design_rows) else np.nan,
-        "designer/regret_mean": _mean(valid_designs["regret"]),
-        "designer/regret_max": float(valid_designs["regret"].max()) if len(valid_designs) else np.nan,
-        "designer/positive_regret_fraction": _mean((valid_designs["regret"] > 0).astype(float)),
-        "agent/win_rate_mean": _mean(valid_rows["win_rate"]),
-        "agent/hint_return_mean": _mean(hinted["r_hint"]),
-        "agent/solved_fraction": _mean((valid_rows["win_rate"] >= 1.0).astype(float)),
-        "agent/unsolved_fraction": _mean((valid_rows["win_rate"] <= 0.0).astype(float)),
-    }

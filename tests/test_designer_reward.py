@@ -15,34 +15,35 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spade_core import designer_reward
+from spade_core import designer_reward, learning_potential
 from spade_core.config import ScoringConfig
 from spade_core.designer_reward import (
-    LP_STATE_COLUMNS,
     OUTPUT_COLUMNS,
     VARIANTS,
     WINDOW_COLUMNS,
-    LearningPotentialState,
-    SkillEMA,
     centre_per_skill,
     designer_rewards,
     drop_mask,
     env_reward_scale,
-    first_step_regret,
+    raw_reward,
+    window_inputs,
+)
+from spade_core.learning_potential import (
+    LP_STATE_COLUMNS,
+    LearningPotentialState,
+    SkillEMA,
     learning_potential_raw,
     learning_potential_update,
-    raw_reward,
     skill_window_means,
-    window_inputs,
-    window_win_rate,
 )
 from spade_core.scoring import ScoringError, plateau
 
 CFG = ScoringConfig()
 
 
-def test_docstring_examples_hold() -> None:
-    result = doctest.testmod(designer_reward)
+@pytest.mark.parametrize("module", [designer_reward, learning_potential])
+def test_docstring_examples_hold(module: object) -> None:
+    result = doctest.testmod(module)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -59,17 +60,27 @@ def envs_frame(rows: list[tuple[str, str, float, float, float]], **extra: list[o
 # ------------------------------------------------------------------------------------------------------------
 
 
+def window_of(plays: list[tuple[str, float, int]]) -> pd.DataFrame:
+    """The :func:`window_inputs` row of one environment (skill "logic") from its (condition, return, step) plays."""
+    episodes = pd.DataFrame(
+        [("e", *play) for play in plays], columns=["env_id", "condition", "episode_return", "policy_step"]
+    )
+    return window_inputs(episodes).assign(skill="logic")
+
+
 def test_window_win_rate_pools_every_play_of_every_step() -> None:
     # Step 0: four wins, step 1: one loss. Pooled 4/5 = 0.8; a mean of step means would give 0.5.
-    assert window_win_rate([1.0, 1.0, 1.0, 1.0, 0.0]) == pytest.approx(0.8)
-    with pytest.raises(ScoringError):
-        window_win_rate([])
+    window = window_of([*[("no_hint", 1.0, 0)] * 4, ("no_hint", 0.0, 1)])
+    assert window["win_rate"].tolist() == pytest.approx([0.8]) and window["n_no_hint"].tolist() == [5]
 
 
-def test_first_step_regret_hand_values() -> None:
-    assert first_step_regret([1.0, 1.0, 1.0, 0.0], [0.0, 1.0]) == pytest.approx(0.25)
-    assert first_step_regret([0.0, 0.0], [1.0, 0.0]) == pytest.approx(-0.5)
-    assert first_step_regret([], [1.0, 1.0]) == 0.0  # no hinted plays: no regret
+def test_regret_is_taken_against_the_first_step_only() -> None:
+    # Hinted mean 0.75 minus the first step's no-hint mean 0.5 (the later step's 0.0 does not count).
+    window = window_of(
+        [("hint", 1.0, 0), ("hint", 0.5, 0), ("no_hint", 0.0, 0), ("no_hint", 1.0, 0), ("no_hint", 0.0, 1)]
+    )
+    out, _ = designer_rewards(window, "regret", CFG, 1.0)
+    assert out["regret"].tolist() == pytest.approx([0.25])
 
 
 def test_window_inputs_aggregates_episodes_by_step() -> None:
@@ -318,8 +329,11 @@ def test_authors_blend_default_weights_mask_negative_games() -> None:
     assert reward[[0, 1, 3]].tolist() == pytest.approx([20.0, -20.0, 0.0])  # raw 0.0 is kept, not masked
     assert math.isnan(reward[2])  # never scored
     # The same test's window statistics of the teachable game g1 = {0: [0.0, 0.0], 1: [0.6, 0.6]}, hint 0.3.
-    assert window_win_rate([0.0, 0.0, 0.6, 0.6]) == pytest.approx(0.3)
-    assert first_step_regret([0.3], [0.0, 0.0]) == pytest.approx(0.3)
+    g1 = window_of(
+        [("no_hint", 0.0, 0), ("no_hint", 0.0, 0), ("no_hint", 0.6, 1), ("no_hint", 0.6, 1), ("hint", 0.3, 0)]
+    )
+    out, _ = designer_rewards(g1, "regret", CFG, 1.0)
+    assert (out["win_rate"].tolist(), out["regret"].tolist()) == (pytest.approx([0.3]), pytest.approx([0.3]))
     assert plateau(0.3) == pytest.approx(0.6)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import doctest
-import math
 import typing
 
 import pandas as pd
@@ -24,7 +23,6 @@ from spade_core.scoring import (
     regret_reward,
     score_environments,
     solve_rate_reward,
-    summary_metrics,
     win_rate,
 )
 
@@ -327,47 +325,3 @@ def test_unscorable_input_is_an_error_naming_the_problem(mutate, message: str) -
     episodes, envs = mutate(_episodes(), _envs())
     with pytest.raises(ScoringError, match=message):
         score_environments(episodes, envs, CFG)
-
-
-# -- summary_metrics ---------------------------------------------------------------------------------------
-def test_summary_metrics_are_namespaced_and_hand_computed() -> None:
-    envs = _envs()
-    metrics = summary_metrics(score_environments(_episodes(), envs, CFG), envs["valid"])
-    assert metrics == pytest.approx(
-        {
-            "envs/count": 5.0,
-            "envs/designs": 4.0,  # D is replayed, not designed
-            "envs/valid_fraction": 0.75,
-            "envs/hint_leaked_fraction": 0.0,
-            "designer/reward_mean": (0.64 + 0.64 + 0.6 + 0.0) / 4,
-            "designer/reward_std": float(pd.Series([0.64, 0.64, 0.6, 0.0]).std(ddof=0)),
-            "designer/regret_mean": 1 / 3,
-            "designer/regret_max": 0.5,
-            "designer/positive_regret_fraction": 2 / 3,
-            "agent/win_rate_mean": (0.25 + 0.25 + 0.5 + 1.0) / 4,
-            "agent/hint_return_mean": (0.75 + 0.75 + 0.0 + 1.0) / 4,
-            "agent/solved_fraction": 0.25,
-            "agent/unsolved_fraction": 0.0,
-        }
-    )
-
-
-def test_summary_metrics_leave_leaked_hints_out_of_regret_and_hint_return() -> None:
-    envs = _envs()
-    metrics = summary_metrics(score_environments(_episodes(), envs, CFG, leaked={"A"}), envs["valid"])
-    assert metrics["envs/hint_leaked_fraction"] == pytest.approx(2 / 4)  # a1 and a2 of 4 valid rows
-    assert metrics["designer/regret_mean"] == 0.0 and metrics["designer/positive_regret_fraction"] == 0.0  # b only
-    assert metrics["agent/hint_return_mean"] == pytest.approx((0.0 + 1.0) / 2)  # B and D
-
-
-def test_summary_metrics_without_valid_rows_are_nan_not_zero() -> None:
-    envs = _envs().iloc[3:4]
-    metrics = summary_metrics(score_environments(_episodes().iloc[:0], envs, CFG), envs["valid"])
-    assert metrics["envs/valid_fraction"] == 0.0 and metrics["designer/reward_mean"] == 0.0
-    assert math.isnan(metrics["designer/regret_mean"]) and math.isnan(metrics["agent/win_rate_mean"])
-
-
-def test_summary_metrics_reject_a_misaligned_valid_mask() -> None:
-    scores = score_environments(_episodes(), _envs(), CFG)
-    with pytest.raises(ScoringError, match="4 values for 5 score rows"):
-        summary_metrics(scores, [True] * 4)

@@ -22,8 +22,9 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import SpadeConfig
-from spade_core.designer_reward import LearningPotentialState, designer_rewards, env_reward_scale, window_inputs
+from spade_core.designer_reward import designer_rewards, env_reward_scale, window_inputs
 from spade_core.hints import leaked_env_ids
+from spade_core.learning_potential import LearningPotentialState
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.names import instance_name
