@@ -34,9 +34,9 @@ paper defaults in brackets):
   ``win_rate = 0.5`` (mid-band: usable as positives from the first generation), ``regret = 0.0`` (so any
   measured positive regret outranks them) and ``gen_added = 0``. :meth:`Memory.seeded` seeds regardless
   of the switch (``spade design`` shows examples with it).
-- **Persistence**: one full snapshot per generation in the ``memory`` table (stage ``memory``), rows
-  oldest to newest. The snapshot of generation g is the memory after step 8 of g; generation g's designer
-  reads ``Memory.load(store, run_id, gen=g - 1)``.
+- **Persistence**: one full snapshot per generation in the ``memory`` table, :meth:`Memory.to_frame`
+  written by the memory stage (:data:`STAGE`), rows oldest to newest. The snapshot of generation g is the
+  memory after step 8 of g; generation g's designer reads ``Memory.load(store, run_id, gen=g - 1)``.
 """
 
 from __future__ import annotations
@@ -252,10 +252,6 @@ class Memory:
             for r in rows
         ]
         return cls(cfg, entries)
-
-    def save(self, store: Store, run_id: str, gen: int) -> str:
-        """Write the whole snapshot as generation ``gen``'s memory table; rewriting replaces it. Returns the path."""
-        return store.write_table("memory", self.to_frame(), run_id=run_id, gen=gen, stage=STAGE).path
 
     @classmethod
     def load(cls, store: Store, run_id: str, gen: int | None = None, cfg: MemoryConfig | None = None) -> Memory:

@@ -11,7 +11,7 @@ import pytest
 
 from spade_core.config import MemoryConfig, ScoringConfig
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.memory import Memory, MemoryEntry, win_fractions
+from spade_core.memory import STAGE, Memory, MemoryEntry, win_fractions
 from spade_core.schemas import SCHEMAS, to_arrow
 from spade_core.scoring import score_environments
 from spade_core.store import Store
@@ -24,6 +24,11 @@ def entry(name: str, skill: str = "optimization", win: float = 0.5, regret: floa
 
 def ids(entries: list[MemoryEntry] | Memory) -> list[str]:
     return [e.env_id for e in entries]
+
+
+def write_snapshot(store: Store, run_id: str, gen: int, memory: Memory) -> None:
+    """Generation ``gen``'s snapshot, as the memory stage writes it (its file of the ``memory`` table)."""
+    store.write_table("memory", memory.to_frame(), run_id=run_id, gen=gen, stage=STAGE)
 
 
 # -- FIFO ------------------------------------------------------------------------------------------------
@@ -225,11 +230,11 @@ def test_to_frame_has_exactly_the_memory_columns_oldest_first() -> None:
     to_arrow("memory", Memory().to_frame())
 
 
-def test_save_load_round_trip_restores_entries_in_order(tmp_path: Path) -> None:
+def test_a_snapshot_loads_back_with_its_entries_in_order(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
     memory = Memory.seeded()
     memory.add(entry("new", regret=0.3, gen=1))
-    memory.save(store, "run", 1)
+    write_snapshot(store, "run", 1, memory)
     restored = Memory.load(store, "run")
     assert list(restored) == list(memory)
     pos = memory.positives("optimization", 2, 3)
@@ -238,9 +243,9 @@ def test_save_load_round_trip_restores_entries_in_order(tmp_path: Path) -> None:
 
 def test_load_takes_the_latest_snapshot_at_or_before_gen(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
-    Memory(entries=[entry("g1")]).save(store, "run", 1)
-    Memory(entries=[entry("g1"), entry("g3", gen=3)]).save(store, "run", 3)
-    Memory(entries=[entry("other")]).save(store, "other-run", 5)
+    write_snapshot(store, "run", 1, Memory(entries=[entry("g1")]))
+    write_snapshot(store, "run", 3, Memory(entries=[entry("g1"), entry("g3", gen=3)]))
+    write_snapshot(store, "other-run", 5, Memory(entries=[entry("other")]))
     assert ids(Memory.load(store, "run")) == ["g1", "g3"]
     assert ids(Memory.load(store, "run", gen=2)) == ["g1"]
     assert ids(Memory.load(store, "run", gen=3)) == ["g1", "g3"]
@@ -251,7 +256,7 @@ def test_load_without_a_snapshot_gives_the_initial_memory(tmp_path: Path) -> Non
     seeded_cfg = MemoryConfig(seed_with_library=True)
     assert list(Memory.load(store, "run", cfg=seeded_cfg)) == list(Memory.seeded())
     assert len(Memory.load(store, "run")) == 0  # the paper's memory starts empty
-    Memory(entries=[entry("g2")]).save(store, "run", 2)
+    write_snapshot(store, "run", 2, Memory(entries=[entry("g2")]))
     assert list(Memory.load(store, "run", gen=1, cfg=seeded_cfg)) == list(Memory.seeded())
     assert len(Memory.load(store, "run", gen=1)) == 0 and len(Memory.load(store, "run", gen=0)) == 0
     assert ids(Memory.load(store, "run", gen=2)) == ["g2"]
@@ -259,23 +264,23 @@ def test_load_without_a_snapshot_gives_the_initial_memory(tmp_path: Path) -> Non
 
 def test_an_empty_snapshot_loads_as_an_empty_memory_that_still_replays(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
-    Memory().save(store, "run", 1)
+    write_snapshot(store, "run", 1, Memory())
     memory = Memory.load(store, "run", gen=1)
     assert len(memory) == 0 and memory.replay(2) == []
     assert memory.positives("optimization", 2, 0) == [] and memory.negatives("optimization", 1, 0) == []
 
 
-def test_saving_a_generation_again_replaces_its_snapshot(tmp_path: Path) -> None:
+def test_writing_a_generation_again_replaces_its_snapshot(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
-    Memory(entries=[entry("first")]).save(store, "run", 1)
-    Memory(entries=[entry("second")]).save(store, "run", 1)
+    write_snapshot(store, "run", 1, Memory(entries=[entry("first")]))
+    write_snapshot(store, "run", 1, Memory(entries=[entry("second")]))
     assert len(store.table_files("memory", "run", 1)) == 1
     assert ids(Memory.load(store, "run", gen=1)) == ["second"]
 
 
 def test_load_applies_the_configured_capacity_keeping_the_newest(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
-    Memory(entries=[entry(f"e{i}") for i in range(5)]).save(store, "run", 1)
+    write_snapshot(store, "run", 1, Memory(entries=[entry(f"e{i}") for i in range(5)]))
     restored = Memory.load(store, "run", cfg=MemoryConfig(capacity=2, enabled=False))
     assert ids(restored) == ["e3", "e4"] and restored.positives("optimization") == []
 
