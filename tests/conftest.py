@@ -128,6 +128,17 @@ def micro_model_dir(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="session")
+def micro_generator(micro_model_dir: str):  # type: ignore[no-untyped-def]
+    """The transformers backend on the micro model (CPU), loaded once per session: for tests of what the
+    pipeline does with a model's replies, not of what a model writes (it writes noise, in milliseconds)."""
+    from spade_core.llm.hf import TransformersGenerator
+
+    generator = TransformersGenerator(micro_model_dir, device="cpu", dtype="float32", batch_size=16)
+    yield generator
+    generator.close()
+
+
+@pytest.fixture(scope="session")
 def tiny_generator(tiny_model_dir: str):  # type: ignore[no-untyped-def]
     """The transformers backend on the tiny model (CPU), loaded once per session."""
     from spade_core.llm.hf import TransformersGenerator

@@ -1,7 +1,9 @@
-"""One generation end to end on the tiny preset with the tiny model, run by the local runner over the stage
-registry (the production order): documents → designs → validation → pool → hints → rollouts (hint and no
-hint) → scores → memory; the tables join by id in SQL, and rows other commands write into the same
-partition (``spade demo``, ``spade rollout --run-id``) never leak into the generation."""
+"""One generation end to end on the tiny preset, run by the local runner over the stage registry (the
+production order): documents → designs → validation → pool → hints → rollouts (hint and no hint) → scores
+→ memory; the tables join by id in SQL, and rows other commands write into the same partition (``spade
+demo``, ``spade rollout --run-id``) never leak into the generation. The model is the micro one: a real model
+that writes noise in milliseconds, since what is tested is the pipeline, not the replies (the tiny model
+plays the same stages in the flow tests)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from spade_core.pipeline.local import run_generation
 from spade_core.pipeline.stage import fixed_lease
 from spade_core.store import Store
 
-# The module's generation fixture runs the tiny model on CPU for a few minutes: allow for a loaded machine.
+# The module's generation fixture runs real jails and a model: allow for a loaded machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.usefixtures("jail_processes_checked")]
 
 OVERRIDES = [
@@ -55,7 +57,7 @@ class Result:
 
 
 @pytest.fixture(scope="module")
-def generation(tmp_path_factory: pytest.TempPathFactory, tiny_generator):  # type: ignore[no-untyped-def]
+def generation(tmp_path_factory: pytest.TempPathFactory, micro_generator):  # type: ignore[no-untyped-def]
     from spade_core.seed_check import run_seed_check
 
     root = tmp_path_factory.mktemp("gen-store")
@@ -64,7 +66,7 @@ def generation(tmp_path_factory: pytest.TempPathFactory, tiny_generator):  # typ
     # `spade demo` first, into the same run and generation: its scripted 'reference' episodes and seed
     # validations must not leak into the generation (they once broke scoring).
     run_seed_check(cfg, store, "it", 1, seeds=1)
-    records = run_generation(cfg, store, "it", 1, lambda: fixed_lease(tiny_generator))
+    records = run_generation(cfg, store, "it", 1, lambda: fixed_lease(micro_generator))
     return store, Result(cfg, store, "it", 1, records)
 
 
@@ -121,7 +123,7 @@ def test_regret_is_hint_minus_no_hint_in_sql(generation) -> None:  # type: ignor
     assert (frame.win_rate == frame.r_no_hint).all()
 
 
-def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(generation, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(generation, micro_generator) -> None:  # type: ignore[no-untyped-def]
     import pandas as pd
 
     from spade_core.train import build_batch
@@ -130,14 +132,14 @@ def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(
     cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={store.base}"])
     ctx = GenerationContext(cfg, store, "it", 1)
     scores = ctx.read("env_scores", ["score"])
-    batch = build_batch(cfg, store, "it", 1, 0, tiny_generator.tokenizer)
+    batch = build_batch(cfg, store, "it", 1, 0, micro_generator.tokenizer)
     # What `spade rollout --run-id it` writes: plays of a pool environment, won, under stage 'rollout-cli'.
     played = ctx.read("episodes", ["rollout-s0"]).drop(columns=["run_id", "gen"])
     won = played.assign(episode_id=played["episode_id"] + "-cli", episode_return=1.0, error_type=None)
     store.write_table("episodes", won, run_id="it", gen=1, stage="rollout-cli")
-    run_body(ctx, "score", tiny_generator)  # score again, over the partition as it is now
+    run_body(ctx, "score", micro_generator)  # score again, over the partition as it is now
     pd.testing.assert_frame_equal(ctx.read("env_scores", ["score"]), scores)
-    rebuilt = build_batch(cfg, store, "it", 1, 0, tiny_generator.tokenizer)
+    rebuilt = build_batch(cfg, store, "it", 1, 0, micro_generator.tokenizer)
     assert [(s.source_id, s.advantage) for s in rebuilt.samples()] == [
         (s.source_id, s.advantage) for s in batch.samples()
     ]
@@ -181,7 +183,7 @@ def test_designs_keep_their_group_and_document(generation) -> None:  # type: ign
     assert list(groups.n) == [2, 2] and list(groups.docs) == [1, 1]
 
 
-def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, micro_generator) -> None:  # type: ignore[no-untyped-def]
     from spade_core.memory import Memory
     from spade_core.pipeline.stages.design import design
 
@@ -196,30 +198,56 @@ def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, tiny_gener
         ],
     )
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "abl", 1)
-    assert run_body(ctx, "documents", tiny_generator) == {"rows": 0}
+    assert run_body(ctx, "documents", micro_generator) == {"rows": 0}
     docs = ctx.store.read_table("documents", ctx.run_id, ctx.gen, stages=["documents"])
-    designs = design(ctx, docs, tiny_generator, Memory.seeded(cfg.memory))
+    designs = as_stage(ctx, "design", lambda run: design(run, docs, micro_generator, Memory.seeded(cfg.memory)))
     assert docs.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
 
 
-def test_spade_envs_list_and_show(generation) -> None:  # type: ignore[no-untyped-def]
+def _design_row(code: str, design_id: str = "d1", env_id: str = "e") -> dict[str, object]:
+    """One ``designs`` row of a design whose reply was ``code``."""
+    return {
+        "design_id": design_id,
+        "doc_id": None,
+        "group_id": "g",
+        "skill": "optimization",
+        "kind": "game",
+        "prompt": "[]",
+        "completion": "",
+        "code": code,
+        "env_id": env_id,
+        "model_ref": "m",
+        "attempt": 0,
+        "policy_step": 0,
+        "completion_ids": None,
+        "logprobs": None,
+    }
+
+
+def test_spade_envs_list_and_show(tmp_path: Path) -> None:
     import json
 
+    import pandas as pd
     from typer.testing import CliRunner
 
     from spade_core.cli import app
+    from spade_core.envs.seeds import load_seed_envs
+    from spade_core.pipeline.stages import validate
 
-    store, result = generation
+    seed = load_seed_envs()[0]
+    ctx = GenerationContext(load_config("tiny", overrides=[f"store.root={tmp_path}"]), Store(str(tmp_path)), "it", 1)
+    as_stage(
+        ctx, "design", lambda run: run.write("designs", pd.DataFrame([_design_row(seed.code, env_id=seed.env_id)]))
+    )
+    as_stage(ctx, "validate", lambda run: validate.run(run, None))
     runner = CliRunner()
-    listed = runner.invoke(app, ["envs", "list", "--store", store.base, "--run-id", "it", "--json"])
+    listed = runner.invoke(app, ["envs", "list", "--store", str(tmp_path), "--run-id", "it", "--json"])
     assert listed.exit_code == 0, listed.output
-    rows = json.loads(listed.stdout)
-    assert {r["env_id"] for r in rows} == set(result.designs["env_id"].dropna())
-    env_id = rows[0]["env_id"]
-    shown = runner.invoke(app, ["envs", "show", env_id, "--store", store.base])
+    assert [r["env_id"] for r in json.loads(listed.stdout)] == [seed.env_id]
+    shown = runner.invoke(app, ["envs", "show", seed.env_id, "--store", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
-    assert f"env {env_id}" in shown.stdout and "validation:" in shown.stdout
-    missing = runner.invoke(app, ["envs", "show", "0" * 16, "--store", store.base])
+    assert f"env {seed.env_id}" in shown.stdout and "validation:" in shown.stdout
+    missing = runner.invoke(app, ["envs", "show", "0" * 16, "--store", str(tmp_path)])
     assert missing.exit_code == 2 and "is not in the store's designs table" in missing.stderr
 
 
@@ -263,7 +291,7 @@ def test_fixed_pool_of_seeds_is_the_whole_library(tmp_path: Path) -> None:
     assert len(envs) == 12 and envs["design_id"].isna().all() and envs["code"].str.contains("def reset").all()
 
 
-def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Path, micro_generator) -> None:  # type: ignore[no-untyped-def]
     import pandas as pd
 
     from spade_core.envs.seeds import load_seed_envs
@@ -291,7 +319,7 @@ def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Pat
             "rollout.hint_max_words=12",
         ],
     )
-    records = run_generation(cfg, store, "base", 1, lambda: fixed_lease(tiny_generator))
+    records = run_generation(cfg, store, "base", 1, lambda: fixed_lease(micro_generator))
     assert "design" not in records and records["pool"].info["env_ids"] == [env.env_id]
     counts = query(
         store,
@@ -301,10 +329,10 @@ def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Pat
     assert (counts.x, counts.s, counts.e) == (0, 1, 4)
 
 
-def test_fixed_pool_from_a_run_without_valid_envs_fails_clearly(tmp_path: Path, tiny_generator) -> None:  # type: ignore[no-untyped-def]
+def test_fixed_pool_from_a_run_without_valid_envs_fails_clearly(tmp_path: Path, micro_generator) -> None:  # type: ignore[no-untyped-def]
     cfg = load_config("tiny", overrides=["designer.fixed_pool=run:nothing"])
     with pytest.raises(ValueError, match="run 'nothing' has no valid environments in the store"):
-        run_generation(cfg, Store(str(tmp_path)), "base", 1, lambda: fixed_lease(tiny_generator))
+        run_generation(cfg, Store(str(tmp_path)), "base", 1, lambda: fixed_lease(micro_generator))
 
 
 def test_pool_diversity_is_reported(generation) -> None:  # type: ignore[no-untyped-def]
@@ -317,31 +345,12 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
 
     from spade_core.memory import Memory
     from spade_core.pipeline.stages import novelty, validate
-    from spade_core.pipeline.verdicts import final_verdicts
+    from spade_core.verdicts import final_verdicts
 
     cfg = load_config("tiny", overrides=["memory.novelty_threshold=0.95"])
     memory = Memory.seeded(cfg.memory)
     copied = next(iter(memory)).code + "\n# a cosmetic change\n"
-    designs = pd.DataFrame(
-        [
-            {
-                "design_id": "d1",
-                "doc_id": None,
-                "group_id": "g",
-                "skill": "optimization",
-                "kind": "game",
-                "prompt": "[]",
-                "completion": "",
-                "code": copied,
-                "env_id": "e",
-                "model_ref": "m",
-                "attempt": 0,
-                "policy_step": 0,
-                "completion_ids": None,
-                "logprobs": None,
-            }
-        ]
-    )
+    designs = pd.DataFrame([_design_row(copied)])
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1)
     as_stage(ctx, "design", lambda run: run.write("designs", designs, 0))
     as_stage(ctx, "validate", lambda run: validate.run(run, None))
@@ -361,7 +370,7 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
     from spade_core.envs.seeds import load_seed_envs
     from spade_core.llm.base import Completion
     from spade_core.pipeline.stages.validate import validate_shard
-    from spade_core.pipeline.verdicts import final_designs
+    from spade_core.verdicts import final_designs
 
     fixed = next(e for e in load_seed_envs() if e.skill == "optimization").code
 
@@ -430,7 +439,7 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
     from spade_core.llm.base import Completion
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.validate import validate_shard
-    from spade_core.pipeline.verdicts import final_designs
+    from spade_core.verdicts import final_designs
 
     working = next(e for e in load_seed_envs() if e.skill == "optimization").code
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pandas as pd
 import pytest
@@ -57,15 +56,6 @@ def _bucket(endpoint: str, name: str) -> str:
 
 def _sql_args(root: str, endpoint: str) -> list[str]:
     return ["sql", "--store", root, "--set", f"store.endpoint_url={endpoint}", "--format", "json"]
-
-
-@pytest.fixture(scope="module")
-def micro_generator(micro_model_dir: str) -> Iterator[object]:
-    from spade_core.llm.hf import TransformersGenerator
-
-    generator = TransformersGenerator(micro_model_dir, device="cpu", dtype="float32", batch_size=16)
-    yield generator
-    generator.close()
 
 
 def _ids(store: Store, run_id: str) -> dict[str, list[str]]:

@@ -31,8 +31,8 @@ from spade_core.design import DESIGNER_SYSTEM
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.llm.hf import TransformersGenerator, load_tokenizer
+from spade_core.markers import StageRecord, write_marker
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.markers import StageRecord, write_marker
 from spade_core.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store import Store
 from spade_core.train import due_designs, train_step
@@ -52,13 +52,6 @@ def _cfg(root: str, micro: str, *overrides: str) -> Any:
     """The tiny preset (its learning rate, loss, batch and TIS bounds) on the micro model."""
     base = [f"store.root={root}", f"model.name_or_path={micro}", "rollout.plays_no_hint=2"]
     return load_config("tiny", None, [*base, *overrides])
-
-
-@pytest.fixture(scope="module")
-def micro_generator(micro_model_dir: str) -> Any:
-    generator = TransformersGenerator(micro_model_dir, device="cpu", dtype="float32", batch_size=8)
-    yield generator
-    generator.close()
 
 
 @pytest.fixture(scope="module")
