@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from spade_core.catalog import query
-from spade_core.pipeline.markers import list_markers
+from spade_core.markers import list_markers
 from spade_core.store import Store
 from spade_core.timeline import overlap_fraction, saved_seconds_with_own_devices, stage_timeline
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
-from spade_core.pipeline.markers import StageRecord
+from spade_core.markers import StageRecord
 from spade_core.report.summary import summary_markdown, top_environments
 from spade_core.store import Store
 

@@ -3,7 +3,7 @@
 Every field has a docstring-like ``description``; unknown keys and bad values fail at load time with one
 line naming the key, the bad value and what is allowed (docs/DESIGN.md §3). The resolved config is hashed
 (``config_hash``); the *artifact hash* (the config without the store location and the execution-only
-settings, ``spade_core.pipeline.markers.artifact_hash``) binds a run id and is part of every stage marker.
+settings, ``spade_core.markers.artifact_hash``) binds a run id and is part of every stage marker.
 
 Field defaults follow the paper (arXiv 2608.19197, docs/DESIGN.md §7) where the project implements that
 part of the method; docs/DESIGN.md §3 lists those that still differ. The ``tiny`` preset shrinks them for

@@ -8,7 +8,8 @@ first step is ``s - D``, rewarded over that generation's whole window), and writ
 checkpoint ``s + 1`` with the optimizer and scheduler state, so the run has ONE AdamW optimizer whose
 state carries from step to step, whatever process or machine runs the next one. Every process builds the
 same batch from the store; the main process writes the checkpoint and the ``train_metrics`` and
-``train_samples`` tables.
+``train_samples`` tables. It reads the store by stage name (:mod:`spade_core.stage_names`) and imports no
+module of :mod:`spade_core.pipeline`, so the subprocess loads none of the orchestration.
 
 TRL is used through its seams (``spade_core.train_trl``): ``rollout_func`` hands out the stored samples
 and a minimal subclass puts SPADE's advantages and truncated importance weights in place of TRL's. The
@@ -36,9 +37,7 @@ from spade_core.checkpoints import (
 )
 from spade_core.config import SpadeConfig, load_config
 from spade_core.llm.hf import pick_device
-from spade_core.pipeline.names import instance_name
-from spade_core.pipeline.stages.reward import NAME as REWARD_STAGE
-from spade_core.pipeline.verdicts import final_designs
+from spade_core.stage_names import instance_name
 from spade_core.steps import due_designs_generation, first_step
 from spade_core.store import Store
 from spade_core.threads import use_threads
@@ -60,6 +59,7 @@ from spade_core.train_trl import (
     spade_trainer_class,
     stored_reward,
 )
+from spade_core.verdicts import final_designs
 
 
 def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> pd.DataFrame:
@@ -68,7 +68,7 @@ def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -
     gen = due_designs_generation(cfg, global_step)
     if gen is None or not cfg.designer.train or cfg.designer.fixed_pool:
         return pd.DataFrame()
-    rewards = store.read_table("designer_rewards", run_id, gen, stages=[REWARD_STAGE])
+    rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
     if rewards.empty:
         return pd.DataFrame()
     kept = rewards[~rewards["dropped"].astype(bool)][["design_id", "raw", "reward"]]

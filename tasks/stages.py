@@ -18,8 +18,8 @@ from prefect.tasks import exponential_backoff
 
 from spade_core.config import SpadeConfig
 from spade_core.faults import permanent
+from spade_core.markers import StageRecord
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.markers import StageRecord
 from spade_core.pipeline.registry import stage as stage_named
 from spade_core.pipeline.stage import Stage, execute, finish
 from spade_core.store import Store

@@ -160,7 +160,7 @@ def frame(table: str, n: int = 2) -> pd.DataFrame:
 def write_stage(store: Any, run_id: str, gen: int, stage: str, tables: dict[str, pd.DataFrame]) -> Any:
     """Write ``tables`` as stage ``stage``'s files of generation ``gen`` and its marker listing them, as a
     finished stage leaves them (readers take the files a marker lists). Returns the marker's record."""
-    from spade_core.pipeline.markers import StageRecord, write_marker
+    from spade_core.markers import StageRecord, write_marker
 
     written = [store.write_table(t, f, run_id=run_id, gen=gen, stage=stage) for t, f in tables.items()]
     record = StageRecord(

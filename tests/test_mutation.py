@@ -26,8 +26,8 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages import documents, novelty
 from spade_core.pipeline.stages.design import design
 from spade_core.pipeline.stages.validate import validate_shard
-from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
+from spade_core.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 STARTER = next(e for e in load_starter_envs() if e.skill == "spatial_reasoning")

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from spade_core.config import load_config
+from spade_core.markers import StageRecord, read_marker
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.markers import StageRecord, read_marker
 from spade_core.pipeline.registry import STAGES
 from spade_core.pipeline.run_config import RunConfigMismatch, bind_run_config
 from spade_core.pipeline.stage import Body, GeneratorLease, Stage, execute

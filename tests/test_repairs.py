@@ -198,7 +198,7 @@ class ScriptedDesigner:
 def test_the_store_shows_which_designs_passed_only_thanks_to_a_repair(tmp_path: Path) -> None:
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.validate import validate_shard
-    from spade_core.pipeline.verdicts import final_designs
+    from spade_core.verdicts import final_designs
 
     overrides = ["designer.documents_per_generation=3", "designer.max_attempts=1", "corpus.enabled=false"]
     overrides += ["validation.call_timeout_s=3.0", "validation.max_turns=8", f"store.root={tmp_path}"]

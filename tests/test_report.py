@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from spade_core.cli.report_cmd import report
 from spade_core.config import load_config
-from spade_core.pipeline.markers import StageRecord, write_marker
+from spade_core.markers import StageRecord, write_marker
 from spade_core.report import load_run, write_report
 from spade_core.report.data import learning_curve_table, steps_per_generation
 from spade_core.report.plots import generation_boundaries

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from spade_core.catalog import query
-from spade_core.pipeline.markers import read_marker
+from spade_core.markers import read_marker
 from spade_core.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.usefixtures("jail_processes_checked")]

@@ -8,7 +8,7 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from spade_core.pipeline.markers import StageRecord
+from spade_core.markers import StageRecord
 from spade_core.timeline import (
     chain_seconds,
     overlap_fraction,

@@ -18,8 +18,8 @@ from spade_core.pipeline.registry import stages_for
 from spade_core.pipeline.stages import documents, pool, topup
 from spade_core.pipeline.stages.design import design
 from spade_core.pipeline.stages.validate import validate_shard
-from spade_core.pipeline.verdicts import final_designs
 from spade_core.store import Store
+from spade_core.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 SEEDS = {e.skill: e.code for e in load_seed_envs()}

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from spade_core.cli import app
 from spade_core.config import load_config
+from spade_core.markers import StageRecord, list_markers, read_marker
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.markers import StageRecord, list_markers, read_marker
 from spade_core.pipeline.run_config import bind_run_config
 from spade_core.pipeline.stage import Stage, execute
 from spade_core.pipeline.status import generation_stages, next_generation

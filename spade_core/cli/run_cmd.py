@@ -24,7 +24,7 @@ import typer
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import SpadeConfig
 from spade_core.faults import debugging
-from spade_core.pipeline.markers import StageRecord, list_markers
+from spade_core.markers import StageRecord, list_markers
 from spade_core.pipeline.run_config import RunConfigMismatch, bind_run_config, stored_config
 from spade_core.pipeline.status import next_generation, run_status
 from spade_core.pipeline.status import stage_names as stages_for

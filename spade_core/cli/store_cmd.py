@@ -16,7 +16,7 @@ import typer
 
 from spade_core.cli.common import StoreOpt, clean_errors, open_store
 from spade_core.config import StoreConfig
-from spade_core.pipeline.markers import list_markers, marker_path
+from spade_core.markers import list_markers, marker_path
 from spade_core.pipeline.run_config import stored_config
 from spade_core.pipeline.status import generation_complete, generation_phase, next_generation, run_status
 from spade_core.pipeline.status import stage_names as stages_for

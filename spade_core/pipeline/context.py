@@ -29,8 +29,8 @@ from spade_core.steps import first_step
 from spade_core.store import Store, StoreError, WrittenFile
 
 if TYPE_CHECKING:
+    from spade_core.markers import StageRecord
     from spade_core.memory import Memory
-    from spade_core.pipeline.markers import StageRecord
 
 
 class UndeclaredTable(RuntimeError):
@@ -157,7 +157,7 @@ class GenerationContext:
 
     def _listed(self, table: str, stage: str) -> list[str]:
         """The files of ``table`` that ``stage``'s marker lists (a sharded stage's lists its shards' files)."""
-        from spade_core.pipeline.markers import listed_files
+        from spade_core.markers import listed_files
 
         files = listed_files(self.store, self.run_id, self.gen, stage, table, record=self.upstream.get(stage))
         if files is None:
@@ -195,8 +195,8 @@ class GenerationContext:
         return self.store.read_table(table, self.run_id, self.gen - 1, stages=[stage])
 
     def final_designs(self, *, novelty: bool = True) -> pd.DataFrame:
-        """This generation's designs with their final verdicts (:func:`spade_core.pipeline.verdicts.final_designs`)."""
-        from spade_core.pipeline.verdicts import final_designs
+        """This generation's designs with their final verdicts (:func:`spade_core.verdicts.final_designs`)."""
+        from spade_core.verdicts import final_designs
 
         for table in ("designs", "validations", *(("novelty",) if novelty else ())):
             self._declared(table, "read")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from spade_core.config import SpadeConfig
 from spade_core.llm.base import Generator
+from spade_core.markers import StageRecord
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.markers import StageRecord
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.runner import run_generation_stages, run_generations
 from spade_core.pipeline.stage import GeneratorLease, Stage, execute, finish

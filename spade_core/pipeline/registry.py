@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 
 from spade_core.config import SpadeConfig
-from spade_core.pipeline.names import STEP_STAGES, instance_name
 from spade_core.pipeline.stage import Stage
 from spade_core.pipeline.stages import (
     design,
@@ -40,6 +39,7 @@ from spade_core.pipeline.stages import (
     validate,
 )
 from spade_core.schemas import SCHEMAS
+from spade_core.stage_names import STEP_STAGES, instance_name
 
 
 def designing(cfg: SpadeConfig, gen: int) -> bool:
@@ -47,7 +47,7 @@ def designing(cfg: SpadeConfig, gen: int) -> bool:
     return not cfg.designer.fixed_pool
 
 
-# What the judged designs are read from (:func:`spade_core.pipeline.verdicts.final_designs`).
+# What the judged designs are read from (:func:`spade_core.verdicts.final_designs`).
 VERDICTS = ("designs", "validations", "novelty")
 
 STAGES: tuple[Stage, ...] = (

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config, load_config_text
-from spade_core.pipeline.markers import artifact_hash, bound_settings
+from spade_core.markers import artifact_hash, bound_settings
 from spade_core.store import Store
 
 DEFAULT_PRESET = "tiny"

@@ -14,7 +14,7 @@ import contextvars
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from spade_core.pipeline.markers import StageRecord
+from spade_core.markers import StageRecord
 from spade_core.pipeline.stage import Stage
 
 

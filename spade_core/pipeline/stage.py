@@ -24,8 +24,7 @@ from typing import Any, cast
 
 from spade_core.config import SpadeConfig
 from spade_core.llm.base import Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
-from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.markers import (
+from spade_core.markers import (
     StageRecord,
     artifact_hash,
     combined_digest,
@@ -35,6 +34,7 @@ from spade_core.pipeline.markers import (
     read_marker,
     write_marker,
 )
+from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.verify import file_problems
 from spade_core.steps import first_step
 from spade_core.store import WrittenFile

@@ -2,17 +2,17 @@
 so ``spade status`` and ``spade resume`` need nothing but the store.
 
 The stage list comes from :func:`spade_core.pipeline.registry.stages_for`; completeness from the stage
-markers (:mod:`spade_core.pipeline.markers`): a stage is done when its marker is there and every file it
+markers (:mod:`spade_core.markers`): a stage is done when its marker is there and every file it
 lists is intact.
 """
 
 from __future__ import annotations
 
 from spade_core.config import SpadeConfig
-from spade_core.pipeline.markers import StageRecord, list_markers
-from spade_core.pipeline.names import STEP_STAGES, instance_name
+from spade_core.markers import StageRecord, list_markers
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.verify import Listings, file_problems
+from spade_core.stage_names import STEP_STAGES, instance_name
 from spade_core.store import Store
 
 

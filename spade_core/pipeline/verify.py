@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 
 from spade_core.hashing import short_hash
-from spade_core.pipeline.markers import StageRecord
+from spade_core.markers import StageRecord
 from spade_core.schemas import SCHEMAS
 from spade_core.store import Store
 
@@ -110,7 +110,7 @@ def dependants(markers: dict[int, dict[str, StageRecord]], damaged: Iterable[tup
     A marker depends on another when its input digests name it (``gen{g}/{name}``): the whole marker of a
     sharded stage on its shards, a later stage on its inputs, the next generation on what it carries over.
 
-    >>> from spade_core.pipeline.markers import digests
+    >>> from spade_core.markers import digests
     >>> def rec(name, gen=1, *after):
     ...     return StageRecord(stage=name, run_id="r", gen=gen, artifact_hash="a", digest=name,
     ...                        inputs=digests(*after))

@@ -9,7 +9,7 @@ Definitions (docs/DESIGN.md §7):
 - **designed**: ``designs`` rows of the designer's replies (``attempt`` 0; repairs are further attempts);
   **with code**: those whose reply held a ```python block; **valid**: designs whose final verdict is ok —
   the validation of their highest attempt, unless the novelty stage marked it ``novel = false`` (the
-  same rule as ``spade_core/pipeline/verdicts.py``); **scored**: ``env_scores`` rows of valid designs.
+  same rule as ``spade_core/verdicts.py``); **scored**: ``env_scores`` rows of valid designs.
   ``env_scores`` also holds rows for invalid designs (all zeros, the invalid reward) — they count for the
   designer reward but not for win-rate or regret distributions — and rows without a ``design_id`` for
   replayed / fixed-pool environments, which are valid by construction.
@@ -44,7 +44,7 @@ import yaml
 
 from sandbox.outcome import ENV_ERROR_TYPES
 from spade_core.catalog import connect
-from spade_core.pipeline.markers import list_markers
+from spade_core.markers import list_markers
 from spade_core.store import Store, StoreError
 from spade_core.timeline import stage_timeline
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spade_core.pipeline.markers import StageRecord
-from spade_core.pipeline.verdicts import final_verdicts
+from spade_core.markers import StageRecord
 from spade_core.store import Store
+from spade_core.verdicts import final_verdicts
 
 
 def generation_summary(

@@ -9,7 +9,7 @@ from typing import Any
 from spade_core.llm.base import Generator
 from spade_core.memory import STAGE, win_fractions
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.names import instance_name
+from spade_core.stage_names import instance_name
 
 NAME = STAGE
 

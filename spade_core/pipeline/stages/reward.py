@@ -27,8 +27,8 @@ from spade_core.hints import leaked_env_ids
 from spade_core.learning_potential import LearningPotentialState
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.names import instance_name
 from spade_core.pipeline.stages.rollout import no_hint_plays
+from spade_core.stage_names import instance_name
 from spade_core.steps import designer_delay
 
 NAME = "reward"

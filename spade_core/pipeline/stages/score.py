@@ -14,8 +14,8 @@ import pandas as pd
 from spade_core.hints import leaked_env_ids
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.names import instance_name
 from spade_core.scoring import broken_env_ids, score_environments
+from spade_core.stage_names import instance_name
 
 NAME = "score"
 EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type"]

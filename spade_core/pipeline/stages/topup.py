@@ -9,7 +9,7 @@ they do it at each later step of a pool, this project once before the pool's fir
 in the paper presets.
 
 Every design, retry, document and verdict of this stage is a row of its own files (``topup``), read with
-validate's by :mod:`spade_core.pipeline.verdicts`, so the pool, the scores, the designer's reward and its
+validate's by :mod:`spade_core.verdicts`, so the pool, the scores, the designer's reward and its
 training see a topped-up design like any other.
 """
 

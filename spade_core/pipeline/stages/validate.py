@@ -6,7 +6,7 @@ error is fed back to the model) or a fresh design of the same skill from a fresh
 retry). Every retry is a new ``designs`` row of its own (same ``design_id``, ``attempt`` = its number,
 file ``designs/validate-{k}``), its document a ``documents`` row (file ``documents/validate-{k}``) and its verdict a new
 ``validations`` row, so nothing the design stage wrote is ever rewritten. The verdict of a design is the
-one of its highest attempt (:func:`spade_core.pipeline.verdicts.final_designs`); failed attempts are never
+one of its highest attempt (:func:`spade_core.verdicts.final_designs`); failed attempts are never
 trained on. Every attempt's code was repaired before it is validated here (``validation.code_repairs``;
 the ``repairs`` column of its design row says which repairs changed it).
 """

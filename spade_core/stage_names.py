@@ -1,7 +1,9 @@
 """Names of stage instances: a per-step stage runs once per step ``k`` of a generation as ``{name}-s{k}``.
 
 Kept apart from the registry so that a stage module can name another stage's files without importing the
-registry (which imports every stage module). The registry checks that its per-step declarations match.
+registry (which imports every stage module), and outside :mod:`spade_core.pipeline` so that the trainer
+subprocess (:mod:`spade_core.train`) names the files of its step without importing the pipeline. The
+registry checks that its per-step declarations match.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ A design's reply may have been repaired (``attempt`` > 0, written by the validat
 may have been found too close to a known environment (the novelty stage's own table). Every reader that
 needs "which designs are valid, with which code" — the pool, the scores, the trainer, the summary — asks
 here, so the rule is written once: the highest attempt of a design is its design, that attempt's
-validation is its verdict, and a ``novel = false`` row turns a valid verdict into ``not_novel``.
+validation is its verdict, and a ``novel = false`` row turns a valid verdict into ``not_novel``. It reads
+the store through the stage markers only (no pipeline module), so the trainer subprocess asks here too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.pipeline.markers import listed_files
+from spade_core.markers import listed_files
 from spade_core.store import Store
 
 # The stages whose markers list ``designs`` files: the designer's replies, the validate stage's retries

@@ -8,8 +8,13 @@ Every stage (or shard of a stage) that finishes writes a small JSON marker LAST,
 A marker records what the stage wrote (files with their sizes and digests, row counts, a content digest), the
 digests of the input markers it depended on, the run's artifact hash, its wall time and its model calls. A
 stage is reused (not run again, no model loaded) when its marker exists with the same input digests and
-artifact hash and every file it lists is in the store with its recorded size (:mod:`.verify`); anything
-else runs the stage again, which overwrites its own deterministic files.
+artifact hash and every file it lists is in the store with its recorded size
+(:mod:`spade_core.pipeline.verify`); anything else runs the stage again, which overwrites its own
+deterministic files.
+
+Markers are store content: the pipeline writes them, and readers outside it (the final verdicts of
+:mod:`spade_core.verdicts`, which the trainer subprocess reads, the report, the timeline, the CLI) take the
+files they list, so this module imports nothing of :mod:`spade_core.pipeline`.
 """
 
 from __future__ import annotations
