@@ -29,9 +29,8 @@ def _run(
     lease: GeneratorLease | None = None,
     shard: int | None = None,
 ) -> StageRecord:
-    return execute(
-        Stage(name, body), ctx, {r.name: r for r in upstream}, (lambda _step: lease) if lease else None, shard
-    )
+    stage = Stage(name, body, reads=("documents",), writes=("documents",))
+    return execute(stage, ctx, {r.name: r for r in upstream}, (lambda _step: lease) if lease else None, shard)
 
 
 def _ctx(tmp_path: Path, *overrides: str, run_id: str = "r") -> GenerationContext:
@@ -51,7 +50,7 @@ def test_a_stage_is_reused_from_its_marker_and_rerun_when_its_inputs_change(tmp_
 
     def body(run: GenerationContext, model: object) -> dict[str, int]:
         calls.append(1)
-        run.write("documents", _docs(len(calls)), "documents")
+        run.write("documents", _docs(len(calls)))
         return {"n": len(calls)}
 
     upstream = StageRecord(stage="up", run_id="r", gen=1, artifact_hash="h", digest="aaa")
@@ -284,7 +283,7 @@ def _write_designs(ctx: GenerationContext) -> StageRecord:
     ]
     frame = pd.DataFrame(rows)
     for shard in range(2):
-        ctx.write("designs", frame.iloc[2 * shard : 2 * shard + 2], "design", shard)
+        ctx.execution("design").write("designs", frame.iloc[2 * shard : 2 * shard + 2], shard)
     return StageRecord(stage="design", run_id=ctx.run_id, gen=1, artifact_hash="h", digest="d", info={"shards": 2})
 
 

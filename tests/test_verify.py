@@ -42,12 +42,12 @@ def _generation(root: str, endpoint: str | None = None) -> tuple[GenerationConte
     for name in stages_for(cfg, 1):
 
         def body(run: GenerationContext, model: object, name: str = name) -> None:
-            run.write("documents", _docs(2), name, 0)
+            run.write("documents", _docs(2), 0)
             if name == "documents":
-                run.write("documents", _docs(3), name, 1)
+                run.write("documents", _docs(3), 1)
 
         upstream = {records[-1].name: records[-1]} if records else {}
-        records.append(execute(Stage(name, body, tuple(upstream)), ctx, upstream))
+        records.append(execute(Stage(name, body, tuple(upstream), writes=("documents",)), ctx, upstream))
     return ctx, records
 
 
@@ -59,12 +59,12 @@ def _rerun(ctx: GenerationContext, records: list[StageRecord]) -> list[str]:
         name = record.stage
 
         def body(run: GenerationContext, model: object, name: str = name) -> None:
-            run.write("documents", _docs(2), name, 0)
+            run.write("documents", _docs(2), 0)
             if name == "documents":
-                run.write("documents", _docs(3), name, 1)
+                run.write("documents", _docs(3), 1)
 
         upstream = {previous.name: previous} if previous else {}
-        previous = execute(Stage(name, body, tuple(upstream)), ctx, upstream)
+        previous = execute(Stage(name, body, tuple(upstream), writes=("documents",)), ctx, upstream)
         statuses.append(previous.status)
     return statuses
 
