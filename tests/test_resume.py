@@ -106,15 +106,21 @@ def kill_with_two_generations_in_flight(
     return {p: store.fs.cat_file(p) for p in paths}
 
 
-def async_kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None) -> None:
+def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str | None = None) -> None:
     """Two generations in flight (generation 2's design chain beside generation 1's steps), SIGKILL, then
     ``spade resume`` and the same ``spade run`` again: nothing lost, nothing duplicated, every stage that
-    had finished (of both generations) reused, never redone."""
+    had finished (of both generations) reused, never redone. ``model``: the micro model (what is tested is
+    what the store keeps across a kill, not what the model writes)."""
     run_id = "overlap"
     env = spade_env(tmp_path, {"AWS_ENDPOINT_URL": endpoint} if endpoint else None)
     store = Store(root, endpoint_url=endpoint)
     # Three steps keep generation 1 busy while generation 2's chain starts (training is off: steps are plays).
-    overrides = [*OVERRIDES[:-1], "training.steps_per_generation=3", "orchestration.async_generations=true"]
+    overrides = [
+        *OVERRIDES[:-1],
+        "training.steps_per_generation=3",
+        "orchestration.async_generations=true",
+        f"model.name_or_path={model}",
+    ]
     run = [
         "run",
         "--run-id",
@@ -175,5 +181,7 @@ def async_kill_and_resume(tmp_path: Path, root: str, endpoint: str | None = None
     assert "gen 1 complete" in final.stdout and "gen 2 complete" in final.stdout, final.stdout
 
 
-def test_kill_with_two_generations_in_flight_then_resume_on_the_local_store(tmp_path: Path) -> None:
-    async_kill_and_resume(tmp_path, str(tmp_path / "store"))
+def test_kill_with_two_generations_in_flight_then_resume_on_the_local_store(
+    tmp_path: Path, micro_model_dir: str
+) -> None:
+    async_kill_and_resume(tmp_path, micro_model_dir, str(tmp_path / "store"))

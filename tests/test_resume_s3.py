@@ -13,6 +13,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.usefixtur
 
 
 def test_kill_with_two_generations_in_flight_then_resume_on_s3(
-    tmp_path: Path, s3_bucket: str, s3_endpoint: str
+    tmp_path: Path, micro_model_dir: str, s3_bucket: str, s3_endpoint: str
 ) -> None:
-    async_kill_and_resume(tmp_path, s3_bucket, s3_endpoint)
+    async_kill_and_resume(tmp_path, micro_model_dir, s3_bucket, s3_endpoint)
