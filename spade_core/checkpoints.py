@@ -44,12 +44,14 @@ def checkpoint_complete(store: Store, run_id: str, step: int) -> bool:
     return step == 0 or store.exists(f"{store.checkpoint_dir(run_id, step)}/{MARKER}")
 
 
-def checkpoint_file(store: Store, run_id: str, step: int) -> WrittenFile:
-    """Checkpoint ``step``'s marker file as a file the train stage wrote (its marker lists it: the marker is
-    written last, so it stands for the whole upload)."""
+def checkpoint_files(store: Store, run_id: str, step: int) -> list[WrittenFile]:
+    """What the training of checkpoint ``step`` wrote, as files the train stage lists in its marker: the
+    checkpoint's marker file (written last, it stands for the whole upload) and the tables its marker
+    names (``train_metrics``, ``train_samples``)."""
     path = f"{store.checkpoint_dir(run_id, step)}/{MARKER}"
     data = store.read_bytes(path)
-    return WrittenFile("checkpoint", path, 0, short_hash(data), len(data))
+    tables = [WrittenFile(**w) for w in json.loads(data).get("written", [])]
+    return [WrittenFile("checkpoint", path, 0, short_hash(data), len(data)), *tables]
 
 
 def read_marker(store: Store, run_id: str, step: int) -> dict[str, Any]:

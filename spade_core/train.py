@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -313,14 +314,16 @@ def _run_trainer(
             summary.seconds = time.perf_counter() - started
             stage = instance_name("train", s - first_step(cfg, gen))
             metrics = _metrics_frame(recorder, batch, s)
-            if not metrics.empty:
-                store.write_table("train_metrics", metrics, run_id=run_id, gen=gen, stage=stage)
-            store.write_table("train_samples", samples_frame(batch, s), run_id=run_id, gen=gen, stage=stage)
+            tables = [] if metrics.empty else [("train_metrics", metrics)]
+            tables.append(("train_samples", samples_frame(batch, s)))
+            written = [store.write_table(t, f, run_id=run_id, gen=gen, stage=stage) for t, f in tables]
             runs = Path(tmp) / "runs"
             if runs.is_dir():  # TensorBoard event files written by TRL's logging
                 names = [p.relative_to(runs).as_posix() for p in sorted(runs.rglob("*")) if p.is_file()]
                 store.upload_files(runs, f"{store.run_dir(run_id)}/tensorboard/step={s}", names)
-            write_checkpoint(store, out, run_id, s + 1, {**meta, "kind": summary.kind, "summary": summary.to_dict()})
+            # The tables written here go into the checkpoint's marker, so the train stage lists them in its own.
+            done = {**meta, "kind": summary.kind, "summary": summary.to_dict(), "written": [asdict(w) for w in written]}
+            write_checkpoint(store, out, run_id, s + 1, done)
         state.wait_for_everyone()
     return summary
 

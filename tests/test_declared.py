@@ -94,7 +94,7 @@ def test_the_train_stage_lists_its_checkpoint_and_runs_again_when_it_is_gone(tmp
     train = stage("train-s0", ctx.cfg, 1)
     first = execute(train, ctx, {})
     checkpoint = f"{ctx.store.checkpoint_dir('r', 1)}/{MARKER}"
-    assert first.status == "ran" and first.files == {"checkpoint": [checkpoint]}
+    assert first.status == "ran" and first.files["checkpoint"] == [checkpoint]
     assert execute(train, ctx, {}).status == "reused"
     ctx.store.fs.rm(checkpoint)
     assert [p.path for p in file_problems(ctx.store, first)] == [checkpoint]

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from spade_core.checkpoints import (
     checkpoint_complete,
+    checkpoint_files,
     model_for_step,
     model_path_for_checkpoint,
     read_marker,
@@ -221,6 +222,10 @@ def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(micro_fram
     path = model_path_for_checkpoint(cfg, store, RUN, S0 + 1)
     assert model_for_step(cfg, store, RUN, S0 + 1) == path  # the next step plays the checkpoint it wrote
     assert {"optimizer.pt", "scheduler.pt"} <= set(read_marker(store, RUN, S0 + 1)["files"])
+    # What the train stage lists in its marker: the checkpoint's marker file and the tables the step wrote.
+    listed = {w.table: w for w in checkpoint_files(store, RUN, S0 + 1)}
+    assert set(listed) == {"checkpoint", "train_metrics", "train_samples"}
+    assert listed["train_samples"].rows == 5 and listed["train_samples"].path.endswith("/train-s0-0.parquet")
     before, after = _params(micro_model_dir), _params(path)
     changed = sum(not torch.equal(before[k], after[k]) for k in before)
     assert changed > len(before) // 2, f"only {changed}/{len(before)} tensors changed"

@@ -141,7 +141,7 @@ STAGES: tuple[Stage, ...] = (
         per_step=True,
         carry=("train",),
         reads=(*VERDICTS, "pool", "episodes", "designer_rewards"),  # read by the trainer's own process
-        writes=("checkpoint",),
+        writes=("checkpoint", "train_metrics", "train_samples"),
     ),
     Stage(
         "reward",

@@ -1,8 +1,9 @@
 """Train (docs/DESIGN.md §7): step ``k`` of the generation — one optimizer step under ``accelerate launch``
 on the step's plays, from checkpoint ``s`` to checkpoint ``s + 1`` (``s = (gen-1)·K + k``).
 
-The stage's marker lists the checkpoint's own marker file (written last by the upload), so a checkpoint
-that is gone makes the stage run again; with ``training.enabled`` false the stage records why nothing was
+The stage's marker lists what the trainer wrote: the checkpoint's own marker file (written last by the
+upload) and the ``train_metrics`` / ``train_samples`` files, so a checkpoint that is gone makes the stage
+run again; with ``training.enabled`` false the stage records why nothing was
 trained.
 """
 
@@ -17,11 +18,11 @@ NAME = "train"
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
-    from spade_core.checkpoints import checkpoint_file
+    from spade_core.checkpoints import checkpoint_files
     from spade_core.train_launch import launch_training
 
     written = ctx.global_step + 1
     summary = launch_training(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, ctx.step or 0, echo=ctx.echo)
     if ctx.cfg.training.enabled:  # the subprocess uploaded checkpoint s + 1
-        ctx.adopt([checkpoint_file(ctx.store, ctx.run_id, written)])
+        ctx.adopt(checkpoint_files(ctx.store, ctx.run_id, written))
     return {"summary": summary.to_dict(), "line": summary.line(), "checkpoint_step": written}
