@@ -17,12 +17,12 @@ from prefect import flow
 from flows.report import Reporter, publish_summary
 from spade_core.config import SpadeConfig
 from spade_core.markers import StageRecord
+from spade_core.pipeline.leases import device_turn, release_models
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.runner import Result, Watcher, run_generation_stages
 from spade_core.pipeline.stage import Stage
 from spade_core.report.summary import generation_summary
 from spade_core.store import Store
-from tasks.models import device_turn, release_models
 from tasks.stages import finish_task_for, task_for
 
 

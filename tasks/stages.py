@@ -20,10 +20,10 @@ from spade_core.config import SpadeConfig
 from spade_core.faults import permanent
 from spade_core.markers import StageRecord
 from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.leases import lease_for
 from spade_core.pipeline.registry import stage as stage_named
 from spade_core.pipeline.stage import Stage, execute, finish
 from spade_core.store import Store
-from tasks.models import lease_for
 
 
 def _context(cfg: SpadeConfig, run_id: str, gen: int) -> GenerationContext:

@@ -1,8 +1,12 @@
 """The Prefect-free runner: stages execute in this process, through the same
 :mod:`~spade_core.pipeline.runner` the Prefect flows use (same registry, inputs, order, resume rule and
 schedule across generations), only without Prefect and its retries, so the end-to-end tests exercise the
-production order. A given ``lease`` serves every model-calling stage (scripts and tests hand in one loaded
-model); the rows still record the checkpoint each stage resolved.
+production order.
+
+The model-calling stages get the production leases (:mod:`spade_core.pipeline.leases`: the checkpoint each
+stage resolves, loaded once in this process) unless a ``lease`` is given: scripts and tests hand in one
+loaded model, which then serves every model-calling stage one at a time (the rows still record the
+checkpoint each stage resolved).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from spade_core.config import SpadeConfig
 from spade_core.llm.base import Generator
 from spade_core.markers import StageRecord
 from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.leases import lease_for, release_models
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.runner import run_generation_stages, run_generations
-from spade_core.pipeline.stage import GeneratorLease, Stage, execute, finish
+from spade_core.pipeline.stage import GeneratorLease, LeaseAt, Stage, execute, finish
 from spade_core.store import Store
 
 
@@ -36,11 +41,15 @@ class InProcess:
     ctx: GenerationContext
     lease: GeneratorLease | None = None
 
+    def lease_at(self) -> LeaseAt:
+        """The lease of checkpoint ``step``: the given one, else the production lease."""
+        fixed, ctx = self.lease, self.ctx
+        if fixed is not None:
+            return lambda _step: fixed
+        return lambda step: lease_for(ctx.cfg, ctx.store, ctx.run_id, step)
+
     def one(self, stage: Stage, upstream: dict[str, StageRecord], shard: int | None) -> Future[StageRecord]:
-        lease, lease_at = self.lease, None
-        if lease is not None and stage.uses_model:
-            lease_at = lambda _step: lease  # noqa: E731
-        return _done(execute(stage, self.ctx, upstream, lease_at, shard))
+        return _done(execute(stage, self.ctx, upstream, self.lease_at() if stage.uses_model else None, shard))
 
     def finish(self, stage: Stage, shards: list[StageRecord]) -> Future[StageRecord]:
         return _done(finish(stage, self.ctx, shards))
@@ -65,22 +74,27 @@ def run_run(
     cfg: SpadeConfig, store: Store, run_id: str, gens: Sequence[int], lease: GeneratorLease | None = None
 ) -> list[dict[str, StageRecord]]:
     """Generations ``gens`` in order (with ``orchestration.async_generations``, each next design chain beside
-    the current generation's steps), as the ``spade-run`` flow runs them. The one model of ``lease`` serves
-    one stage at a time: a chain's stage and a generation's stage take turns on it."""
-    turn = threading.Lock()
+    the current generation's steps), as the ``spade-run`` flow runs them. A given ``lease``'s one model
+    serves one stage at a time: a chain's stage and a generation's stage take turns on it."""
+    shared = None
+    if lease is not None:
+        fixed, turn = lease, threading.Lock()
 
-    @contextlib.contextmanager
-    def one_at_a_time() -> Iterator[Generator]:
-        assert lease is not None
-        with turn, lease() as model:
-            yield model
+        @contextlib.contextmanager
+        def one_at_a_time() -> Iterator[Generator]:
+            with turn, fixed() as model:
+                yield model
 
-    shared = one_at_a_time if lease is not None else None
-    return run_generations(
-        cfg,
-        store,
-        run_id,
-        gens,
-        lambda gen: run_generation(cfg, store, run_id, gen, shared),
-        lambda gen: run_generation(cfg, store, run_id, gen, shared, chain_for(cfg, gen)),
-    )
+        shared = one_at_a_time
+    try:
+        return run_generations(
+            cfg,
+            store,
+            run_id,
+            gens,
+            lambda gen: run_generation(cfg, store, run_id, gen, shared),
+            lambda gen: run_generation(cfg, store, run_id, gen, shared, chain_for(cfg, gen)),
+        )
+    finally:
+        if lease is None:
+            release_models()

@@ -1,4 +1,5 @@
-"""Generators for tasks: loaded at most once per worker process, and only when a stage really runs.
+"""Generators for stages: loaded at most once per process, and only when a stage really runs (the Prefect
+tasks' worker processes and the local runner alike).
 
 A stage asks for the model through a *lease* (:data:`spade_core.pipeline.stage.GeneratorLease`); the lease
 resolves the model a step plays with (checkpoint ``step``, the newest complete one at or before it, downloaded
