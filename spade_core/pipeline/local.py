@@ -23,7 +23,7 @@ from spade_core.markers import StageRecord
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.leases import lease_for, release_models
 from spade_core.pipeline.registry import chain_for, stages_for
-from spade_core.pipeline.runner import run_generation_stages, run_generations
+from spade_core.pipeline.runner import Watcher, run_generation_stages, run_generations
 from spade_core.pipeline.stage import GeneratorLease, LeaseAt, Stage, execute, finish
 from spade_core.store import Store
 
@@ -62,16 +62,22 @@ def run_generation(
     gen: int,
     lease: GeneratorLease | None = None,
     stages: Sequence[Stage] | None = None,
+    watch: Watcher | None = None,
 ) -> dict[str, StageRecord]:
     """Run (or reuse) every stage of generation ``gen`` (or only ``stages``, e.g. its design chain); returns
-    the whole-stage records by stage name."""
+    the whole-stage records by stage name. ``watch`` hears of each stage as it starts and finishes."""
     submit = InProcess(GenerationContext(cfg, store, run_id, gen), lease)
     chosen = stages_for(cfg, gen) if stages is None else stages
-    return run_generation_stages(cfg, store, run_id, gen, chosen, submit)
+    return run_generation_stages(cfg, store, run_id, gen, chosen, submit, watch)
 
 
 def run_run(
-    cfg: SpadeConfig, store: Store, run_id: str, gens: Sequence[int], lease: GeneratorLease | None = None
+    cfg: SpadeConfig,
+    store: Store,
+    run_id: str,
+    gens: Sequence[int],
+    lease: GeneratorLease | None = None,
+    watch: Watcher | None = None,
 ) -> list[dict[str, StageRecord]]:
     """Generations ``gens`` in order (with ``orchestration.async_generations``, each next design chain beside
     the current generation's steps), as the ``spade-run`` flow runs them. A given ``lease``'s one model
@@ -92,8 +98,8 @@ def run_run(
             store,
             run_id,
             gens,
-            lambda gen: run_generation(cfg, store, run_id, gen, shared),
-            lambda gen: run_generation(cfg, store, run_id, gen, shared, chain_for(cfg, gen)),
+            lambda gen: run_generation(cfg, store, run_id, gen, shared, watch=watch),
+            lambda gen: run_generation(cfg, store, run_id, gen, shared, chain_for(cfg, gen), watch),
         )
     finally:
         if lease is None:

@@ -1,0 +1,196 @@
+"""Self-play on this CPU: G generations of the real loop with the designer trained, and the same seeds with
+``designer.train=false`` (the ablation), on the ``tiny`` preset.
+
+Both runs go through the local runner (:func:`spade_core.pipeline.local.run_run`: the registry's stages in
+the production order, the production model leases, asynchronous generations as in ``tiny``), into one
+store, as the runs ``selfplay`` and ``selfplay-ablation``. Per generation and run it prints, from the store:
+
+- design attempts (every attempt's verdict), valid designs (their final verdict), designs scored (a
+  ``designer_rewards`` row not dropped), designer samples trained (the steps' checkpoint summaries);
+- the mean raw designer reward of the scored designs (``designer_rewards.raw``: the blend in ``tiny``);
+- the share of the pool whose step-0 win rate lies in the band [0.15, 0.85];
+- the agent's no-hint win rate over the generation's plays;
+
+and as the last line
+
+    blend_first=A blend_last=B ablation_first=C ablation_last=D valid_rate=V minutes=M
+
+(``n/a`` where no design was scored). ``spade report selfplay --baseline selfplay-ablation --store S``
+then draws the two designer curves. The pool and plays are cut from ``tiny`` so that both runs fit in
+about an hour on two cores (``--set`` changes anything):
+
+    .venv/bin/python benchmarks/selfplay.py [--generations 3] [--store DIR] [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# benchmarks/sandbox.py is named like the `sandbox` package: drop this directory from the import path so
+# `import sandbox` finds the package when a script here is run by path.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse
+import math
+import tempfile
+import threading
+import time
+from typing import Any
+
+from spade_core.catalog import query
+from spade_core.checkpoints import checkpoint_complete, read_marker
+from spade_core.config import SpadeConfig, load_config
+from spade_core.markers import StageRecord
+from spade_core.markers import read_marker as read_stage_marker
+from spade_core.pipeline.local import run_run
+from spade_core.pipeline.runner import Watcher
+from spade_core.pipeline.stage import Stage
+from spade_core.steps import first_step
+from spade_core.store import Store
+from spade_core.verdicts import final_verdicts
+
+RUNS = {"trained": "selfplay", "ablation": "selfplay-ablation"}
+BAND = (0.15, 0.85)
+# Cut from tiny so that 2 x G generations fit in about an hour here: a smaller pool, shorter plays.
+SMALLER = [
+    "rollout.starter_envs=2",
+    "rollout.replay_envs=1",
+    "rollout.max_turns=3",
+    "rollout.max_tokens_per_turn=32",
+    "rollout.hint_max_words=24",
+]
+T0 = time.perf_counter()
+
+
+def log(message: str) -> None:
+    print(f"[{(time.perf_counter() - T0) / 60:5.1f} min] {message}", flush=True)
+
+
+class Logged(Watcher):
+    """One line per finished stage, with its wall time here (the local runner prints nothing itself)."""
+
+    def __init__(self) -> None:
+        self.started: dict[tuple[str, str], float] = {}
+
+    def start(self, stage: Stage) -> None:
+        self.started[(threading.current_thread().name, stage.name)] = time.perf_counter()
+
+    def finish(self, record: StageRecord) -> None:
+        began = self.started.pop((threading.current_thread().name, record.stage), time.perf_counter())
+        calls = f", {record.model_calls} model calls" if record.status == "ran" and record.model_calls else ""
+        log(f"  gen {record.gen} {record.stage:<12} {record.status:<6} {time.perf_counter() - began:6.1f} s{calls}")
+
+
+def config(root: str, trained: bool, extra: list[str]) -> SpadeConfig:
+    return load_config("tiny", None, [f"store.root={root}", *SMALLER, f"designer.train={str(trained).lower()}", *extra])
+
+
+def generation_row(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> dict[str, Any]:
+    """One generation's designer and agent figures, read back from the store."""
+    attempts = int(
+        query(store, "select count(*) as n from validations where run_id = ? and gen = ?", [run_id, gen]).n[0]
+    )
+    verdicts = final_verdicts(store, run_id, gen)
+    rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
+    scored = rewards[~rewards["dropped"].astype(bool)] if not rewards.empty else rewards
+    first, k = first_step(cfg, gen), cfg.training.steps_per_generation
+    summaries = [
+        read_marker(store, run_id, s + 1).get("summary", {})
+        for s in range(first, first + k)
+        if checkpoint_complete(store, run_id, s + 1)
+    ]
+    pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id"])
+    scores = store.read_table("env_scores", run_id, gen, stages=["score"], columns=["env_id", "win_rate"])
+    played = scores[scores["env_id"].isin(set(pool["env_id"]))].drop_duplicates("env_id")["win_rate"].dropna()
+    wins = query(
+        store,
+        "select avg((episode_return >= 1)::int) as w from episodes where run_id = ? and gen = ? "
+        "and condition = 'no_hint'",
+        [run_id, gen],
+    ).w[0]
+    return {
+        "gen": gen,
+        "attempts": attempts,
+        "valid": int(verdicts["ok"].sum()) if not verdicts.empty else 0,
+        "scored": len(scored),
+        "designer_samples": sum(int(s.get("designer_samples") or 0) for s in summaries),
+        "blend": float(scored["raw"].mean()) if len(scored) else math.nan,
+        "in_band": float(played.between(*BAND).mean()) if len(played) else math.nan,
+        "win_rate": float(wins) if wins is not None else math.nan,
+        "minutes": _stage_minutes(store, run_id, gen),
+    }
+
+
+def _stage_minutes(store: Store, run_id: str, gen: int) -> float:
+    """The generation's stage seconds (its markers' own; a sharded stage's are its shards'), in minutes."""
+    names = [
+        p.rsplit("/", 1)[-1].removesuffix(".json")
+        for p in store.fs.glob(f"{store.run_dir(run_id)}/gen={gen}/stages/*.json")
+    ]
+    records = [r for r in (read_stage_marker(store, run_id, gen, n) for n in names) if r is not None]
+    sharded = {r.stage for r in records if r.shard is not None}
+    return sum(r.seconds for r in records if r.shard is not None or r.stage not in sharded) / 60
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| gen | attempts | valid | scored | designer samples trained | mean raw blend | pool in band "
+        "| agent win rate | stage min |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['gen']} | {r['attempts']} | {r['valid']} | {r['scored']} | {r['designer_samples']} | "
+            f"{fmt(r['blend'])} | {fmt(r['in_band'], 2)} | {fmt(r['win_rate'])} | {r['minutes']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--generations", "-g", type=int, default=3, help="G: generations per run (default 3).")
+    parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
+    parser.add_argument("--only", choices=sorted(RUNS), default=None, help="Run only one of the two runs.")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="Extra config override.")
+    args = parser.parse_args()
+    if args.generations < 1:
+        parser.error(f"--generations must be >= 1, got {args.generations}")
+    root = args.store or tempfile.mkdtemp(prefix="spade-selfplay-")
+    load = os.getloadavg()[0]
+    log(f"store {root}; {args.generations} generations per run; load average {load:.2f}")
+    results: dict[str, list[dict[str, Any]]] = {}
+    for arm, run_id in RUNS.items():
+        if args.only and arm != args.only:
+            continue
+        cfg = config(root, arm == "trained", args.set)
+        store = Store.from_config(cfg.store)
+        started = time.perf_counter()
+        log(f"{run_id}: designer.train={cfg.designer.train}, config {cfg.config_hash()}")
+        run_run(cfg, store, run_id, list(range(1, args.generations + 1)), watch=Logged())
+        results[arm] = [generation_row(cfg, store, run_id, g) for g in range(1, args.generations + 1)]
+        log(f"{run_id}: {(time.perf_counter() - started) / 60:.1f} min")
+        print(f"\n{run_id} (designer.train={cfg.designer.train}):\n{table(results[arm])}\n", flush=True)
+
+    def ends(arm: str) -> tuple[str, str]:
+        rows = results.get(arm, [])
+        return (fmt(rows[0]["blend"]), fmt(rows[-1]["blend"])) if rows else ("n/a", "n/a")
+
+    attempts = sum(r["attempts"] for rows in results.values() for r in rows)
+    valid = sum(r["valid"] for rows in results.values() for r in rows)
+    (bf, bl), (af, al) = ends("trained"), ends("ablation")
+    log(f"report: spade report {RUNS['trained']} --baseline {RUNS['ablation']} --store {root}")
+    print(
+        f"blend_first={bf} blend_last={bl} ablation_first={af} ablation_last={al} "
+        f"valid_rate={fmt(valid / attempts if attempts else math.nan)} minutes={(time.perf_counter() - T0) / 60:.1f} "
+        f"load={load:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
