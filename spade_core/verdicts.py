@@ -18,7 +18,7 @@ from spade_core.markers import listed_files
 from spade_core.store import Store
 
 # The stages whose markers list ``designs`` files: the designer's replies, the validate stage's retries
-# (repairs and fresh designs, written as ``repair-{shard}``) and the top-up's designs and their retries.
+# (repairs and fresh designs, written as ``validate-{shard}``) and the top-up's designs and their retries.
 DESIGN_STAGES = ("design", "validate", "topup")
 # The stages whose markers list ``validations`` files.
 VALIDATION_STAGES = ("validate", "topup")
