@@ -77,7 +77,6 @@ ROWS: dict[str, dict[str, Any]] = {
         "r_no_hint": 0.5,
         "regret": 0.25,
         "hint_leaked": False,
-        "designer_reward": 1.0,
     },
     "designer_rewards": {
         "design_id": "x1",
@@ -145,6 +144,12 @@ ROWS: dict[str, dict[str, Any]] = {
         "response": "def f(): ...",
     },
 }
+
+
+def design_row(code: str | None, design_id: str = "d1", env_id: str | None = "e") -> dict[str, Any]:
+    """One ``designs`` row of a design (no document, no tokens) whose reply was ``code``."""
+    row = dict(ROWS["designs"], design_id=design_id, code=code, env_id=env_id, doc_id=None, group_id="g")
+    return row | {"prompt": "[]", "completion": "", "model_ref": "m", "completion_ids": None, "logprobs": None}
 
 
 def frame(table: str, n: int = 2) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from samples import as_stage, run_body, write_stage
+from samples import as_stage, design_row, run_body, write_stage
 
 from spade_core.catalog import query
 from spade_core.config import load_config
@@ -145,12 +145,22 @@ def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(
     ]
 
 
-def test_invalid_designs_get_the_invalid_reward(generation) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_designs_score_zero_and_are_never_rewarded(generation) -> None:  # type: ignore[no-untyped-def]
     store, _ = generation
     frame = query(
-        store, "select s.designer_reward from env_scores s join validations v using (design_id) where not v.ok"
+        store,
+        """
+        with final as (
+          select design_id, ok from validations where design_id is not null
+          qualify row_number() over (partition by run_id, gen, design_id order by attempt desc) = 1)
+        select s.win_rate, s.regret, r.design_id as rewarded
+        from env_scores s join final f on f.design_id = s.design_id
+        left join designer_rewards r on r.design_id = s.design_id
+        where not f.ok
+    """,
     )
-    assert (frame.designer_reward == 0.0).all()
+    assert (frame.win_rate == 0.0).all() and (frame.regret == 0.0).all()
+    assert frame.rewarded.isna().all()  # the reward stage rewards valid designs only
 
 
 def test_memory_snapshot_continues_in_the_next_generation(generation) -> None:  # type: ignore[no-untyped-def]
@@ -204,26 +214,6 @@ def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, micro_gene
     assert docs.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
 
 
-def _design_row(code: str, design_id: str = "d1", env_id: str = "e") -> dict[str, object]:
-    """One ``designs`` row of a design whose reply was ``code``."""
-    return {
-        "design_id": design_id,
-        "doc_id": None,
-        "group_id": "g",
-        "skill": "optimization",
-        "kind": "game",
-        "prompt": "[]",
-        "completion": "",
-        "code": code,
-        "env_id": env_id,
-        "model_ref": "m",
-        "attempt": 0,
-        "policy_step": 0,
-        "completion_ids": None,
-        "logprobs": None,
-    }
-
-
 def test_spade_envs_list_and_show(tmp_path: Path) -> None:
     import json
 
@@ -236,9 +226,7 @@ def test_spade_envs_list_and_show(tmp_path: Path) -> None:
 
     seed = load_seed_envs()[0]
     ctx = GenerationContext(load_config("tiny", overrides=[f"store.root={tmp_path}"]), Store(str(tmp_path)), "it", 1)
-    as_stage(
-        ctx, "design", lambda run: run.write("designs", pd.DataFrame([_design_row(seed.code, env_id=seed.env_id)]))
-    )
+    as_stage(ctx, "design", lambda run: run.write("designs", pd.DataFrame([design_row(seed.code, env_id=seed.env_id)])))
     as_stage(ctx, "validate", lambda run: validate.run(run, None))
     runner = CliRunner()
     listed = runner.invoke(app, ["envs", "list", "--store", str(tmp_path), "--run-id", "it", "--json"])
@@ -350,7 +338,7 @@ def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
     cfg = load_config("tiny", overrides=["memory.novelty_threshold=0.95"])
     memory = Memory.seeded(cfg.memory)
     copied = next(iter(memory)).code + "\n# a cosmetic change\n"
-    designs = pd.DataFrame([_design_row(copied)])
+    designs = pd.DataFrame([design_row(copied)])
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "nov", 1)
     as_stage(ctx, "design", lambda run: run.write("designs", designs, 0))
     as_stage(ctx, "validate", lambda run: validate.run(run, None))

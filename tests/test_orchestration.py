@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from samples import design_row
 
 from spade_core.config import load_config
 from spade_core.markers import StageRecord, read_marker
@@ -262,25 +263,7 @@ def _write_designs(ctx: GenerationContext) -> StageRecord:
 
     seeds = load_seed_envs()[:2]
     codes = [seeds[0].code, "class Broken:\n    def reset(self, seed=None):\n        return 1\n", None, seeds[1].code]
-    rows = [
-        {
-            "design_id": f"x{i}",
-            "doc_id": None,
-            "group_id": "g",
-            "skill": "optimization",
-            "kind": "game",
-            "prompt": "[]",
-            "completion": "",
-            "code": code,
-            "env_id": f"e{i}" if code else None,
-            "model_ref": "m",
-            "attempt": 0,
-            "policy_step": 0,
-            "completion_ids": None,
-            "logprobs": None,
-        }
-        for i, code in enumerate(codes)
-    ]
+    rows = [design_row(code, f"x{i}", f"e{i}" if code else None) for i, code in enumerate(codes)]
     frame = pd.DataFrame(rows)
     for shard in range(2):
         ctx.execution("design").write("designs", frame.iloc[2 * shard : 2 * shard + 2], shard)
