@@ -1,5 +1,7 @@
-"""The pipeline of one generation: stage declarations, their registry, markers, and the local runner.
+"""The order of work: stage declarations and their registry, the runner of a generation and of a run of
+generations, the stage context, model leases, status and the run's bound config.
 
-``spade_core.pipeline.registry.STAGES`` is the single list of stages; ``stage.execute`` the single resume
-rule; ``markers`` the single authority on what is complete (docs/DESIGN.md §10).
+``spade_core.pipeline.registry.STAGES`` is the single list of stages (with what each reads and writes);
+``runner`` the single schedule; ``stage.execute`` the single resume rule, over the markers of
+:mod:`spade_core.markers` (docs/DESIGN.md §10).
 """
