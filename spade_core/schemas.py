@@ -146,7 +146,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             # regret term, so regret is 0 (r_hint keeps the hinted plays' mean, for the record) and blend
             # rewards the env by its plateau term only. False for invalid designs.
             _f("hint_leaked", pa.bool_()),
-            _f("designer_reward", pa.float64()),
+            # No designer reward here: the designer's reward is designer_rewards.reward, over the whole window.
+            # Files written when this table had a designer_reward column still read (the column is ignored).
         ]
     ),
     # The designer's reward of each valid design of a generation, over the generation's whole window of K

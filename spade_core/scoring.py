@@ -1,4 +1,6 @@
-"""Scoring (docs/DESIGN.md §7 step 7): win rate, regret and the designer reward of every environment.
+"""Scoring (docs/DESIGN.md §7 step 7): the win rate and regret of every environment after step 0's plays
+(``env_scores``), and the designer reward variants' formulas, which the reward stage applies over the whole
+window (:mod:`spade_core.designer_reward`, ``designer_rewards``: the reward the designer is trained on).
 
 Formulas (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7 step 7; constants from
 :class:`~spade_core.config.ScoringConfig`, paper defaults in brackets)::
@@ -11,7 +13,6 @@ Formulas (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7 step 7; c
     regret       = max(0, regret)
     solve_rate   = plateau(win_rate)
     learnability = 1 - p  if 0 < p < 1  else 0,  p = win_rate
-    invalid design -> invalid_reward [0]
 
 The two blend weights are independent (``scoring.regret_weight``, ``scoring.plateau_weight``), as the
 authors' ``--spade-regret-weight`` and ``--spade-plateau-weight`` (github spade-rl/spade,
@@ -32,15 +33,14 @@ episode terminated, else 0). Choices where the summary is silent:
   drop it (``spade/core/orchestrator.py:1523-1547``). Any other ``error_type`` (``model_error``: the model
   call failed) counts as return 0 even if the frame says otherwise (the engine already sets it so).
 - A valid environment whose no-hint plays were ALL broken by the environment has no win rate: it gets no
-  env_scores row at all (no reward, no memory entry, no metric), and :func:`broken_env_ids` names it so the
+  env_scores row at all (no memory entry, no metric), and :func:`broken_env_ids` names it so the
   caller can record it. A valid environment with no no-hint plays whatsoever is still an error.
 - An environment with no hinted plays (``rollout.plays_hint = 0``) has no defined regret: regret and
   ``r_hint`` are 0 there, so only the plateau term of ``blend`` can reward it.
 - An environment whose stored hint still leaks the solution after ``rollout.hint_rewrites`` rewrites
   (``hints.leaks_solution``; pass its id in ``leaked``) has no regret term either: ``hint_leaked`` is True,
-  ``regret`` is 0 (not null: memory ranks by it and a leaked hint must neither lift nor sink an env there)
-  and every variant is computed with regret 0, so ``blend`` rewards it by the plateau term only. Its hinted
-  plays were played and stored; ``r_hint`` still reports their mean for the record, so
+  ``regret`` is 0 (not null: memory ranks by it and a leaked hint must neither lift nor sink an env there).
+  Its hinted plays were played and stored; ``r_hint`` still reports their mean for the record, so
   ``regret = r_hint - r_no_hint`` holds exactly on the rows with ``hint_leaked`` False and hinted plays.
 - A valid environment with no no-hint plays has no win rate: that is an error, never a silent 0.
 """
@@ -54,12 +54,11 @@ import pandas as pd
 
 from sandbox.outcome import is_env_error
 from spade_core.config import ScoringConfig
-from spade_core.learning_potential import LearningPotentialState, learning_potential_update
 from spade_core.schemas import SCHEMAS
 
 CONDITIONS = ("no_hint", "hint")
 ENV_SCORE_COLUMNS: tuple[str, ...] = tuple(SCHEMAS["env_scores"].names)
-_FLOAT_COLUMNS = ("win_rate", "r_hint", "r_no_hint", "regret", "designer_reward")
+_FLOAT_COLUMNS = ("win_rate", "r_hint", "r_no_hint", "regret")
 
 
 class ScoringError(ValueError):
@@ -149,28 +148,14 @@ def learnability_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> f
     return 1.0 - win_rate if 0.0 < win_rate < 1.0 else 0.0
 
 
-# The one explicit registry of designer reward variants; keys are ScoringConfig.designer_reward's choices.
+# The one explicit registry of the per-environment designer reward variants (ScoringConfig.designer_reward's
+# choices but learning_potential, which needs the per-skill state); spade_core.designer_reward applies them.
 DESIGNER_REWARDS: dict[str, Callable[[float, float, ScoringConfig], float]] = {
     "blend": blend_reward,
     "regret": regret_reward,
     "solve_rate": solve_rate_reward,
     "learnability": learnability_reward,
 }
-
-
-def designer_reward(win_rate: float, regret: float, cfg: ScoringConfig, valid: bool = True) -> float:
-    """The configured variant's reward, or ``cfg.invalid_reward`` for an invalid design.
-
-    >>> designer_reward(0.0, 0.0, ScoringConfig(), valid=False)
-    0.0
-    >>> designer_reward(0.2, 0.3, ScoringConfig(designer_reward="learnability"))
-    0.8
-    """
-    if not valid:
-        return cfg.invalid_reward
-    if cfg.designer_reward not in DESIGNER_REWARDS:  # learning_potential: see _one_pass_learning_potential
-        return 0.0
-    return DESIGNER_REWARDS[cfg.designer_reward](win_rate, regret, cfg)
 
 
 def env_broken(episodes: pd.DataFrame) -> np.ndarray:
@@ -230,15 +215,15 @@ def score_environments(
             ``model_error``: its return counts as 0).
         envs: ``env_id``, ``design_id`` (None for replayed or seed envs), ``skill``, ``valid``. Two designs
             with identical code share one env_id and so its scores, each on its own row.
-        cfg: the scoring constants and the designer reward variant.
+        cfg: the score stage's scoring config; no constant of it changes a score (the designer reward
+            variants it configures are applied by the reward stage, over the whole window).
         leaked: env ids whose stored hint still leaks the solution
             (:func:`spade_core.hints.leaked_env_ids` of the generation's hints): no regret term for them.
             Ids not in ``envs`` are ignored.
 
     Returns:
         Exactly the env_scores columns. ``r_no_hint`` equals ``win_rate``; invalid designs score 0.0
-        everywhere except ``designer_reward = cfg.invalid_reward`` (and ``hint_leaked`` False); a leaked
-        env has ``hint_leaked`` True and ``regret`` 0.
+        everywhere (and ``hint_leaked`` False); a leaked env has ``hint_leaked`` True and ``regret`` 0.
 
     Raises:
         ScoringError: a missing column, an unknown condition, a non-finite return, an episode of an env
@@ -253,13 +238,11 @@ def score_environments(
         raise ScoringError(f"episodes reference env(s) not in the envs frame: {unknown[:5]}")
     broken = frozenset(broken_env_ids(episodes))
     leaked = frozenset(leaked)
-    rows, valid = [], []  # valid: the validity of each row kept
+    rows = []
     for env in envs.itertuples(index=False):
         row = {"env_id": env.env_id, "design_id": env.design_id, "skill": env.skill}
         if not bool(env.valid):
-            rows.append(row | dict.fromkeys(("win_rate", "r_hint", "r_no_hint", "regret"), 0.0))
-            rows[-1] |= {"hint_leaked": False, "designer_reward": designer_reward(0.0, 0.0, cfg, valid=False)}
-            valid.append(False)
+            rows.append(row | dict.fromkeys(_FLOAT_COLUMNS, 0.0) | {"hint_leaked": False})
             continue
         no_hint, hint = returns.get((env.env_id, "no_hint"), []), returns.get((env.env_id, "hint"), [])
         if not no_hint and env.env_id in broken:
@@ -271,25 +254,5 @@ def score_environments(
         r = 0.0 if hint_leaked else regret(hint, no_hint)  # a leaking hint: no regret term (module docstring)
         r_hint = float(np.mean(hint)) if hint else 0.0
         rows.append(row | {"win_rate": p, "r_hint": r_hint, "r_no_hint": p, "regret": r, "hint_leaked": hint_leaked})
-        rows[-1]["designer_reward"] = designer_reward(p, r, cfg)
-        valid.append(True)
     frame = pd.DataFrame(rows, columns=list(ENV_SCORE_COLUMNS))
-    frame = frame.astype({c: "float64" for c in _FLOAT_COLUMNS} | {"hint_leaked": bool})
-    if cfg.designer_reward == "learning_potential":
-        frame = _one_pass_learning_potential(frame, np.array(valid, dtype=bool), cfg)
-    return frame
-
-
-def _one_pass_learning_potential(frame: pd.DataFrame, valid: np.ndarray, cfg: ScoringConfig) -> pd.DataFrame:
-    """``learning_potential`` of this pass alone: |win rate - its skill's mean| (a fresh EMA state's first
-    update, environments weighed equally). It depends on the skill's other environments, so it is no
-    per-environment function of :data:`DESIGNER_REWARDS`; the trained reward (over the window, with the stored
-    state) is the reward stage's.
-    """
-    out = frame.copy()
-    if valid.any():
-        fresh = LearningPotentialState(cfg.lp_gamma_fast, cfg.lp_gamma_slow)
-        skills = [str(x) for x in out.loc[valid, "skill"]]
-        raw, _ = learning_potential_update(out.loc[valid, "win_rate"].to_numpy(dtype=float), skills, fresh)
-        out.loc[valid, "designer_reward"] = raw
-    return out
+    return frame.astype({c: "float64" for c in _FLOAT_COLUMNS} | {"hint_leaked": bool})

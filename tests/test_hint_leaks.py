@@ -19,7 +19,7 @@ from spade_core.hints import leaked_env_ids, leaked_values, leaks_solution, rewr
 from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages import hint
-from spade_core.scoring import score_environments
+from spade_core.scoring import blend_reward, score_environments
 from spade_core.store import Store
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -164,6 +164,8 @@ def test_a_still_leaking_env_is_scored_without_its_regret_term(tmp_path: Path) -
     envs = pd.DataFrame({"env_id": [env_id], "design_id": ["d1"], "skill": ["logical_deduction"], "valid": [True]})
     row = score_environments(episodes, envs, ctx.cfg.scoring, leaked=leaked_env_ids(frame)).iloc[0]
     assert (bool(row.hint_leaked), row.r_hint, row.regret) == (True, 1.0, 0.0)
-    assert row.designer_reward == pytest.approx(0.6 * 1.0)  # the plateau term alone (win rate 0.5)
+    # the plateau term alone (win rate 0.5)
+    assert blend_reward(row.win_rate, row.regret, ctx.cfg.scoring) == pytest.approx(0.6 * 1.0)
     clean = score_environments(episodes, envs, ctx.cfg.scoring).iloc[0]
-    assert (bool(clean.hint_leaked), clean.regret, clean.designer_reward) == (False, 0.5, pytest.approx(1.0))
+    assert (bool(clean.hint_leaked), clean.regret) == (False, 0.5)
+    assert blend_reward(clean.win_rate, clean.regret, ctx.cfg.scoring) == pytest.approx(1.0)

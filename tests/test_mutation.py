@@ -142,7 +142,6 @@ def test_lineage_walks_back_to_the_library_with_scores(mutated, tmp_path: Path) 
             "r_no_hint": 0.0,
             "regret": [0.2, 0.1, 0.05],
             "hint_leaked": False,
-            "designer_reward": 0.0,
         }
     )
     write_stage(ctx.store, "mut", 4, "score", {"env_scores": scores})

@@ -21,6 +21,7 @@ from spade_core.markers import StageRecord, write_marker
 from spade_core.report import load_run, write_report
 from spade_core.report.data import learning_curve_table, steps_per_generation
 from spade_core.report.plots import generation_boundaries
+from spade_core.report.summary import generation_summary, summary_markdown, top_environments
 from spade_core.schemas import SCHEMAS
 from spade_core.store import Store
 from spade_core.timeline import overlap_fraction, saved_seconds_with_own_devices
@@ -153,8 +154,9 @@ def _evals(store: Store, run_id: str, gen: int, level: float) -> None:
     store.write_table("evals", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="eval")
 
 
-def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> None:
-    """One SPADE generation's tables: 6 designs (one without code), validations, scores, memory, training."""
+def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool, raw: dict | None = None) -> None:
+    """One SPADE generation's tables: 6 designs (one without code), validations, scores, memory, designer
+    rewards (``raw``: :data:`RAW` by default), training."""
     designs, validations, scores = [], [], []
     for i in range(6):
         skill, kind = SKILLS[i % 3]
@@ -205,7 +207,6 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
                     "r_no_hint": win,
                     "regret": regret,
                     "hint_leaked": False,
-                    "designer_reward": 0.3 + 0.1 * i if ok else 0.0,
                 }
             )
     replay = "class Replayed:\n    pass\n"
@@ -219,7 +220,6 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
             "r_no_hint": 0.5,
             "regret": 0.1,
             "hint_leaked": False,
-            "designer_reward": 0.8,
         }
     )
     memory = [
@@ -244,15 +244,33 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool) -> Non
     store.write_table("validations", pd.DataFrame(validations), run_id=run_id, gen=gen, stage="validate")
     store.write_table("env_scores", pd.DataFrame(scores), run_id=run_id, gen=gen, stage="score")
     store.write_table("memory", pd.DataFrame(memory), run_id=run_id, gen=gen, stage="memory")
-    rewards = [  # the reward stage's: the first design dropped (raw < 0), the others kept
-        {"design_id": s["design_id"], "env_id": s["env_id"], "skill": s["skill"], "window_win_rate": 0.5}
-        | {"regret": s["regret"], "raw": -0.1 if i == 0 else 0.2 * i, "dropped": i == 0, "scale": 2.0}
-        | {"centred": None if i == 0 else 0.1 * i, "reward": None if i == 0 else 0.2 * i, "train_step": gen * 2}
-        for i, s in enumerate(scores[:-1])
-    ]
-    store.write_table("designer_rewards", pd.DataFrame(rewards), run_id=run_id, gen=gen, stage="reward")
+    _designer_rewards(store, run_id, gen, designs, validations, raw or RAW)
     _train(store, run_id, gen, ("agent", "designer"))
     _evals(store, run_id, gen, 0.5 + 0.1 * gen)
+
+
+# The reward stage's raw value of the valid designs d0, d2, d4 of generation g: d0 dropped (raw < 0).
+RAW = {0: lambda g: -0.1, 2: lambda g: 0.4 + 0.1 * g, 4: lambda g: 0.8 + 0.1 * g}
+# The ablation's (designer.train=false: rewarded the same way, never trained).
+ABLATION_RAW = {0: lambda g: 0.2, 2: lambda g: 0.3, 4: lambda g: 0.4}
+
+
+def _designer_rewards(store: Store, run_id: str, gen: int, designs: list, validations: list, raw: dict) -> None:
+    """The reward stage's rows: one per valid design; the kept ones trained with rewards -0.2·g and +0.2·g."""
+    rows, sign = [], -1
+    for i, (d, v) in enumerate(zip(designs, validations, strict=True)):
+        if not v["ok"]:
+            continue
+        value = raw[i](gen)
+        dropped = value < 0
+        reward = None if dropped else sign * 0.2 * gen
+        sign = sign if dropped else -sign
+        rows.append(
+            {"design_id": d["design_id"], "env_id": d["env_id"], "skill": d["skill"], "window_win_rate": 0.5}
+            | {"regret": 0.1, "raw": value, "dropped": dropped, "scale": 2.0}
+            | {"centred": None if dropped else reward / 2.0, "reward": reward, "train_step": gen * 2}
+        )
+    store.write_table("designer_rewards", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="reward")
 
 
 # Stage markers of spade-1 (gen, stage, shard, start, end in seconds after T0). Gen 1 trains 500-800 and
@@ -321,7 +339,7 @@ def _baseline_generation(store: Store, run_id: str, gen: int) -> None:
     rows = [
         {"env_id": f"seed{i:012d}", "design_id": None, "skill": skill}
         | {"win_rate": 0.3 + 0.1 * i, "r_hint": 0.5, "r_no_hint": 0.3 + 0.1 * i, "regret": 0.1}
-        | {"hint_leaked": False, "designer_reward": 0.0}
+        | {"hint_leaked": False}
         for i, (skill, _) in enumerate(SKILLS)
     ]
     store.write_table("env_scores", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="score")
@@ -341,6 +359,13 @@ def fill(store: Store, run_id: str = "spade-1", hostile: bool = True, baseline: 
         _config(store, baseline, ["designer.fixed_pool=seeds"])
         for gen in (1, 2):
             _baseline_generation(store, baseline, gen)
+
+
+def ablation(store: Store, run_id: str = "ablation-1") -> None:
+    """A designer.train=false run: the same generations, its designs rewarded (:data:`ABLATION_RAW`), not trained."""
+    _config(store, run_id, ["designer.train=false"])
+    for gen in (1, 2):
+        _spade_generation(store, run_id, gen, hostile=False, raw=ABLATION_RAW)
 
 
 def _section(page: str, anchor: str) -> str:
@@ -479,7 +504,8 @@ def test_top_environments_are_ranked_by_regret_with_code(rendered: tuple[Path, s
     assert first[0] == hostile_id  # regret 0.5 in both generations: one entry, scored twice
     assert first.count(hostile_id) == 1 and "scored 2×" in top
     assert "class Replayed:" in top  # a replayed environment's code comes from the memory table
-    assert "regret +0.100 · designer reward – ·" in top  # and it rewarded no designer
+    assert "regret +0.100 · designer raw blend –, trained – ·" in top  # and it rewarded no designer
+    assert "designer raw blend -0.100, trained – ·" in top  # the hostile design: dropped (raw < 0), not trained
     assert "&lt; &amp; &gt;" in top  # ordinary code is escaped too
 
 
@@ -519,16 +545,20 @@ def test_learning_curve_section_has_the_per_step_table(rendered: tuple[Path, str
     assert '<th class="text">steps per generation (K)</th><td class="text">2</td>' in _section(page, "run")
 
 
-def test_designer_reward_shows_mean_and_spread_per_generation(rendered: tuple[Path, str, dict]) -> None:
+def test_designer_reward_is_the_trained_one_per_generation(rendered: tuple[Path, str, dict]) -> None:
     _, page, _ = rendered
     section = _section(page, "designer-reward")
-    # gen 1: valid designs 0.3, 0.5, 0.7 and two invalid ones at 0: mean 0.3, sample std 0.308, range 0 - 0.7;
-    # then the reward stage's: 4 of the 5 designs kept, rewards 0.2, 0.4, 0.6, 0.8 (mean 0.5), trained at step 2
+    # gen 1, the reward stage's rows: 3 valid designs, raw -0.1, 0.5, 0.9 (mean 0.433, sample std 0.503, range
+    # -0.1 - 0.9); 2 kept (d0 dropped), trained rewards -0.2 and +0.2 (mean 0, std 0.283), trained at step 2
     assert re.search(
-        r"<td[^>]*>1</td><td[^>]*>5</td><td[^>]*>0\.300</td><td[^>]*>0\.308</td><td[^>]*>0\.000</td>"
-        r"<td[^>]*>0\.700</td><td[^>]*>0\.500</td><td[^>]*>4</td><td[^>]*>0\.500</td><td[^>]*>2</td>",
+        r"<td[^>]*>1</td><td[^>]*>3</td><td[^>]*>0\.433</td><td[^>]*>0\.503</td><td[^>]*>-0\.100</td>"
+        r"<td[^>]*>0\.900</td><td[^>]*>2</td><td[^>]*>\+0\.000</td><td[^>]*>0\.283</td><td[^>]*>2</td>",
         section,
     ), section
+    assert "designer_rewards" in section and "raw blend (mean)" in section
+    assert "baseline" not in re.findall(r"<th[^>]*>([^<]*)</th>", section)[-1]  # fixed-1 rewarded no designer
+    run = _section(page, "run")
+    assert "designer reward: raw blend (mean)" in run and re.search(r"<td[^>]*>0\.433</td></tr>", run)
 
 
 # -- without a browser -------------------------------------------------------------------------------------
@@ -584,7 +614,7 @@ def test_fixed_environment_run_reports_its_pool_and_no_baseline(tmp_path: Path) 
     assert "fixed-environment baseline (designer.fixed_pool=seeds)" in run
     assert "none (this run is a fixed-environment run)" in run
     assert "fig-funnel" in page and "fig-win_rate" in page and "fig-evals" in page
-    assert "no data yet" in _section(page, "designer-reward")  # no designs, so no designer reward
+    assert "no data yet" in _section(page, "designer-reward")  # a fixed pool: no reward stage, no designer reward
     assert "(code not stored)" in _section(page, "top-envs")  # this fixture's pool has no memory table
     curve = _section(page, "learning-curve")  # a fixed pool: one source, 6 of 13 no-hint plays won per step
     assert "win rate (fixed)" in curve and "win rate (design)" not in curve
@@ -717,3 +747,76 @@ def test_out_must_be_a_local_directory(tmp_path: Path) -> None:
     blocker.write_text("")
     result = runner.invoke(app, ["spade-1", "--store", str(tmp_path / "store"), "--out", str(blocker / "sub")])
     assert result.exit_code == 2 and result.stderr.startswith(f"error: cannot write the report to '{blocker}/sub'")
+
+
+def _colours(png: Path) -> set[tuple[int, int, int]]:
+    with Image.open(png) as img:
+        return {c for _, c in img.convert("RGB").getcolors(maxcolors=1 << 20)}
+
+
+def test_a_baseline_run_draws_its_designer_curve_beside_the_runs(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False, baseline=None)
+    ablation(store)
+    data = load_run(store, "spade-1", baseline="ablation-1")
+    assert data.designer_reward["raw_mean"].tolist() == pytest.approx([1.3 / 3, 1.5 / 3])
+    assert data.baseline_designer_reward["raw_mean"].tolist() == pytest.approx([0.3, 0.3])
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["spade-1", "--store", store.base, "--baseline", "ablation-1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    section = _section((out / "index.html").read_text(), "designer-reward")
+    assert "baseline run ablation-1" in section and "designer.train=false" in section
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", section)
+    assert head[-1] == "baseline ablation-1: raw blend (mean)"
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", section)[1:]]
+    assert [(r[0], r[2], r[-1]) for r in rows] == [("1", "0.433", "0.300"), ("2", "0.500", "0.300")]
+    orange = (255, 127, 14)  # tab:orange: the baseline's curve
+    assert orange in _colours(out / "designer_reward.png")
+    alone = tmp_path / "alone"
+    write_report(store, "spade-1", out_dir=alone)  # no baseline: the run's curve alone
+    assert orange not in _colours(alone / "designer_reward.png")
+
+
+def test_a_generation_without_its_reward_stage_shows_no_value(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False, baseline=None)
+    # gen 3: played, its reward stage not run yet; gen 4: its reward stage ran and rewarded nothing
+    pool = [("seed000000000000", None, "optimization", "game", "class S: pass\n", "replay")]
+    for gen in (3, 4):
+        _pool_and_plays(store, "spade-1", gen, pool)
+    store.write_table("designer_rewards", pd.DataFrame(), run_id="spade-1", gen=4, stage="reward")
+    write_marker(store, StageRecord(stage="reward", run_id="spade-1", gen=4, artifact_hash="a", digest="d", seconds=1))
+    data = load_run(store, "spade-1")
+    table = data.designer_reward.set_index("gen")
+    assert table.loc[3].isna().all()  # not run: no value at all, never 0
+    assert (table.loc[4, "designs"], table.loc[4, "trained"]) == (0, 0) and pd.isna(table.loc[4, "raw_mean"])
+    section = _section(write_report(store, "spade-1", out_dir=tmp_path / "out").read_text(), "designer-reward")
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", section)[1:]]
+    assert rows[2] == ["3"] + ["–"] * 9
+    assert rows[3][:3] == ["4", "0", "–"] and rows[3][6] == "0"
+
+
+def test_the_generation_summary_reads_the_trained_designer_reward(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False)
+    summary = generation_summary(store, "spade-1", 1, {})
+    assert (summary["designer_rewarded"], summary["designer_trained"], summary["designer_variant"]) == (3, 2, "blend")
+    assert summary["designer_raw"] == pytest.approx(1.3 / 3)
+    assert summary["designer_reward"] == pytest.approx(0.0) and summary["designer_reward_std"] == pytest.approx(
+        0.08**0.5
+    )
+    text = summary_markdown(summary)
+    assert "| designer reward (trained): mean ± std (designs kept) | 0.000 ± 0.283 (2) |" in text
+    assert "| raw blend: mean (designs rewarded) | 0.433 (3) |" in text
+    fixed = summary_markdown(generation_summary(store, "fixed-1", 1, {}))  # a fixed pool: no reward stage
+    assert "| designer reward (trained): mean ± std (designs kept) | n/a (no reward stage) |" in fixed
+    assert "| raw blend: mean (designs rewarded) | n/a (no reward stage) |" in fixed
+    envs = store.read_table("env_scores", "spade-1", 1)["env_id"].tolist()
+    top = {row["env_id"]: row for row in top_environments(store, "spade-1", 1, envs)}
+    replayed = next(row for row in top.values() if row["replayed"])
+    assert replayed["designer_raw"] is None and replayed["designer_reward"] is None
+    designed = [(row["designer_raw"], row["designer_reward"]) for row in top.values() if not row["replayed"]]
+    assert designed.count((None, None)) == 2  # the two invalid designs with code: never rewarded
+    rewarded = sorted(pair for pair in designed if pair != (None, None))
+    assert rewarded[0] == (-0.1, None)  # dropped: not trained
+    assert rewarded[1:] == [pytest.approx((0.5, -0.2)), pytest.approx((0.9, 0.2))]

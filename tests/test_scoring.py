@@ -16,7 +16,6 @@ from spade_core.scoring import (
     DESIGNER_REWARDS,
     ScoringError,
     blend_reward,
-    designer_reward,
     learnability_reward,
     plateau,
     regret,
@@ -125,35 +124,11 @@ def test_registry_covers_every_per_environment_variant() -> None:
     assert set(DESIGNER_REWARDS) == set(choices) - {"learning_potential"}
 
 
-def test_one_pass_learning_potential_is_the_distance_to_the_skill_mean() -> None:
-    episodes = pd.DataFrame(
-        {
-            "env_id": ["a", "a", "b", "b", "c", "c"],
-            "condition": ["no_hint"] * 6,
-            "episode_return": [1.0, 1.0, 0.0, 1.0, 0.0, 0.0],
-            "error_type": [None] * 6,
-        }
-    )
-    envs = pd.DataFrame(
-        {"env_id": ["a", "b", "c"], "design_id": ["x", "y", "z"], "skill": ["optimization"] * 2 + ["causal_inference"]}
-    ).assign(valid=True)
-    scores = score_environments(episodes, envs, ScoringConfig(designer_reward="learning_potential"))
-    # optimization: win rates 1.0 and 0.5, mean 0.75 -> 0.25 each; causal_inference alone -> 0.
-    assert scores["designer_reward"].tolist() == pytest.approx([0.25, 0.25, 0.0])
-
-
 @pytest.mark.parametrize(
     ("variant", "expected"), [("blend", 0.56), ("regret", 0.075), ("solve_rate", 0.6), ("learnability", 0.7)]
 )
-def test_designer_reward_dispatches_on_the_configured_variant(variant: str, expected: float) -> None:
-    cfg = ScoringConfig(designer_reward=variant)  # type: ignore[arg-type]
-    assert designer_reward(0.3, 0.075, cfg) == pytest.approx(expected)
-
-
-@pytest.mark.parametrize("variant", ["blend", "regret", "solve_rate", "learnability"])
-def test_invalid_design_gets_the_invalid_reward_in_every_variant(variant: str) -> None:
-    cfg = ScoringConfig(designer_reward=variant, invalid_reward=-1.0)  # type: ignore[arg-type]
-    assert designer_reward(0.5, 0.3, cfg, valid=False) == -1.0
+def test_the_registry_maps_each_variant_to_its_formula(variant: str, expected: float) -> None:
+    assert DESIGNER_REWARDS[variant](0.3, 0.075, CFG) == pytest.approx(expected)
 
 
 # -- score_environments ------------------------------------------------------------------------------------
@@ -198,14 +173,14 @@ def test_score_environments_matches_hand_computed_rows() -> None:
     assert list(scores.columns) == SCHEMAS["env_scores"].names
     assert to_arrow("env_scores", scores).column("design_id").null_count == 1
     expected = [
-        # env, design, skill, win_rate, r_hint, r_no_hint, regret, reward (0.4 * clip + 0.6 * plateau)
-        ("A", "a1", "optimization", 0.25, 0.75, 0.25, 0.5, 0.4 * 1 + 0.6 * 0.4),
-        ("A", "a2", "optimization", 0.25, 0.75, 0.25, 0.5, 0.4 * 1 + 0.6 * 0.4),
-        ("B", "b", "logical_deduction", 0.5, 0.0, 0.5, 0.0, 0.6),
-        ("C", "c", "data_retrieval", 0.0, 0.0, 0.0, 0.0, 0.0),
-        ("D", None, "pattern_recognition", 1.0, 1.0, 1.0, 0.0, 0.0),
+        # env, design, skill, win_rate, r_hint, r_no_hint, regret
+        ("A", "a1", "optimization", 0.25, 0.75, 0.25, 0.5),
+        ("A", "a2", "optimization", 0.25, 0.75, 0.25, 0.5),
+        ("B", "b", "logical_deduction", 0.5, 0.0, 0.5, 0.0),
+        ("C", "c", "data_retrieval", 0.0, 0.0, 0.0, 0.0),
+        ("D", None, "pattern_recognition", 1.0, 1.0, 1.0, 0.0),
     ]
-    numbers = ["win_rate", "r_hint", "r_no_hint", "regret", "designer_reward"]
+    numbers = ["win_rate", "r_hint", "r_no_hint", "regret"]
     for got, want in zip(scores.to_dict("records"), expected, strict=True):
         assert (got["env_id"], got["skill"]) == (want[0], want[2])
         assert got["design_id"] == want[1] or (want[1] is None and pd.isna(got["design_id"]))  # pandas 3: NaN
@@ -213,32 +188,46 @@ def test_score_environments_matches_hand_computed_rows() -> None:
         assert got["hint_leaked"] is False
 
 
-def test_score_environments_uses_both_blend_weights() -> None:
-    scores = score_environments(_episodes(), _envs(), ScoringConfig(regret_weight=1.0, plateau_weight=1.0))
-    # A: clip(0.5 / 0.15) = 1, plateau(0.25) = 0.4; B: regret 0, plateau(0.5) = 1; D: win rate 1, plateau 0.
-    assert scores["designer_reward"].tolist() == pytest.approx([1.4, 1.4, 1.0, 0.0, 0.0])
-    assert scores["hint_leaked"].dtype == bool
+def test_env_scores_hold_no_designer_reward_and_no_scoring_constant_changes_them() -> None:
+    # The designer's reward is the reward stage's (designer_rewards, over the window); a score row is the
+    # same whatever the variant, its weights or the invalid reward.
+    scores = score_environments(_episodes(), _envs(), CFG)
+    assert "designer_reward" not in scores.columns and scores["hint_leaked"].dtype == bool
+    for cfg in (
+        ScoringConfig(regret_weight=1.0, plateau_weight=1.0, invalid_reward=-1.0),
+        ScoringConfig(designer_reward="learning_potential"),
+        ScoringConfig(designer_reward="learnability", plateau_low=0.1),
+    ):
+        pd.testing.assert_frame_equal(score_environments(_episodes(), _envs(), cfg), scores)
+
+
+def test_both_blend_weights_apply_to_the_scores() -> None:
+    scores = score_environments(_episodes(), _envs(), CFG)
+    cfg = ScoringConfig(regret_weight=1.0, plateau_weight=1.0)
+    blend = [blend_reward(p, r, cfg) for p, r in zip(scores["win_rate"], scores["regret"], strict=True)]
+    # A: clip(0.5 / 0.15) = 1, plateau(0.25) = 0.4; B: regret 0, plateau(0.5) = 1; C (invalid, zeros) and D
+    # (win rate 1): plateau 0.
+    assert blend == pytest.approx([1.4, 1.4, 1.0, 0.0, 0.0])
 
 
 def test_a_still_leaking_hint_removes_only_the_regret_term() -> None:
     # A's hinted plays (0.75 vs 0.25) would give regret 0.5; its hint leaked, so no regret term: regret 0,
-    # r_hint kept for the record, blend = 0.6 * plateau(0.25) = 0.6 * 0.4; its twin design a2 shares it.
+    # r_hint kept for the record, so blend = 0.6 * plateau(0.25) = 0.6 * 0.4; its twin design a2 shares it.
     scores = score_environments(_episodes(), _envs(), CFG, leaked={"A", "C", "not-scored"})
     to_arrow("env_scores", scores)
     assert scores["hint_leaked"].tolist() == [True, True, False, False, False]  # C is invalid: never leaked
     a = scores.iloc[0]
     assert (a.win_rate, a.r_hint, a.regret) == pytest.approx((0.25, 0.75, 0.0))
-    assert a.designer_reward == pytest.approx(0.6 * 0.4)
+    assert blend_reward(a.win_rate, a.regret, CFG) == pytest.approx(0.6 * 0.4)
     clean = score_environments(_episodes(), _envs(), CFG)
-    others = ["win_rate", "r_hint", "r_no_hint", "regret", "designer_reward"]
+    others = ["win_rate", "r_hint", "r_no_hint", "regret"]
     pd.testing.assert_frame_equal(scores.iloc[2:][others], clean.iloc[2:][others])
 
 
 @pytest.mark.parametrize(("variant", "expected"), [("regret", 0.0), ("solve_rate", 0.4), ("learnability", 0.75)])
 def test_every_variant_scores_a_leaked_env_with_regret_zero(variant: str, expected: float) -> None:
-    cfg = ScoringConfig(designer_reward=variant)  # type: ignore[arg-type]
-    scores = score_environments(_episodes(), _envs(), cfg, leaked=["A"])
-    assert scores["designer_reward"].iloc[0] == pytest.approx(expected)
+    a = score_environments(_episodes(), _envs(), CFG, leaked=["A"]).iloc[0]
+    assert DESIGNER_REWARDS[variant](a.win_rate, a.regret, CFG) == pytest.approx(expected)
 
 
 def test_model_errors_count_as_zero_and_env_broken_plays_are_left_out() -> None:
@@ -291,23 +280,17 @@ def test_a_model_error_is_not_the_environment_breaking() -> None:
     assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [0.0]
 
 
-def test_invalid_env_scores_zero_with_the_configured_invalid_reward() -> None:
-    cfg = ScoringConfig(invalid_reward=-0.5)
-    row = score_environments(_episodes(), _envs(), cfg).iloc[3]
+def test_an_invalid_env_scores_zero() -> None:
+    row = score_environments(_episodes(), _envs(), CFG).iloc[3]
     assert row[["win_rate", "r_hint", "r_no_hint", "regret"]].tolist() == [0.0] * 4
-    assert row["designer_reward"] == -0.5
-
-
-def test_score_environments_uses_the_configured_variant() -> None:
-    scores = score_environments(_episodes(), _envs(), ScoringConfig(designer_reward="learnability"))
-    assert scores["designer_reward"].tolist() == pytest.approx([0.75, 0.75, 0.5, 0.0, 0.0])
+    assert not row["hint_leaked"]
 
 
 def test_score_environments_with_no_episodes_and_only_invalid_envs() -> None:
     episodes = _episodes().iloc[:0]
     scores = score_environments(episodes, _envs().iloc[3:4], CFG)
     to_arrow("env_scores", scores)
-    assert scores["designer_reward"].tolist() == [0.0]
+    assert scores[["win_rate", "regret"]].values.tolist() == [[0.0, 0.0]]
 
 
 @pytest.mark.parametrize(

@@ -3,26 +3,32 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.lineage import lineage
+from spade_core.store import Store
 
 envs_app = typer.Typer(
     help="Browse the environments of a store (designs, validation, scores, hints).", no_args_is_help=True
 )
 
+# The designer reward is the reward stage's (designer_rewards, over the generation's whole window): raw, the
+# variant's value, and reward, the advantage trained on (null: dropped, or not rewarded: invalid, or the
+# generation's reward stage has not run).
 POOL_SQL = """
 select d.run_id, d.gen, d.env_id, any_value(d.skill) as skill, any_value(d.kind) as kind,
        bool_or(v.ok) as valid, any_value(v.error_type) as error_type,
        any_value(s.win_rate) as win_rate, any_value(s.regret) as regret,
-       any_value(s.designer_reward) as designer_reward
+       any_value(r.raw) as designer_raw, any_value(r.reward) as designer_reward
 from designs d
 left join validations v on v.env_id = d.env_id and v.run_id = d.run_id and v.gen = d.gen
 left join env_scores s on s.env_id = d.env_id and s.run_id = d.run_id and s.gen = d.gen
+left join designer_rewards r on r.design_id = d.design_id and r.env_id = d.env_id and r.run_id = d.run_id
+     and r.gen = d.gen
 where d.env_id is not null {filters}
 group by all
 order by regret desc nulls last, d.gen, d.env_id
@@ -43,7 +49,8 @@ def list_envs(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
-    """List designed environments with validation outcome, win rate, regret and designer reward."""
+    """List designed environments with validation outcome, win rate, regret and the designer reward trained
+    on (designer_raw: the variant's value; designer_reward: the advantage; empty when not rewarded)."""
     cfg = resolve(preset, config, overrides, store)
     filters: list[str] = []
     params: list[object] = []
@@ -74,7 +81,7 @@ def show_env(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
-    """Show one environment: its code, validation checks, scores and hint."""
+    """Show one environment: its code, validation checks, scores, designer reward and hint."""
     st = open_store(resolve(preset, config, overrides, store))
     designs = query(
         st,
@@ -92,15 +99,33 @@ def show_env(
         typer.echo("checks: " + json.dumps({k: bool(v) for k, v in dict(c.checks).items()}))
     scores = query(
         st,
-        "select win_rate, r_hint, r_no_hint, regret, designer_reward from env_scores where env_id = ? limit 1",
-        [env_id],
+        "select win_rate, r_hint, r_no_hint, regret from env_scores where run_id = ? and gen = ? and env_id = ? "
+        "limit 1",
+        [str(d.run_id), int(d.gen), env_id],
     )
     if not scores.empty:
         typer.echo("scores: " + ", ".join(f"{k}={v:.3f}" for k, v in scores.iloc[0].items()))
+    typer.echo(_designer_reward(st, d))
     hints = query(st, "select hint, leaks_solution from hints where env_id = ? limit 1", [env_id])
     if not hints.empty:
         typer.echo(f"hint{' (LEAKS SOLUTION)' if hints.leaks_solution[0] else ''}: {hints.hint[0]}")
     typer.echo("\n" + str(d.code))
+
+
+def _designer_reward(st: Store, design: Any) -> str:
+    """The line saying what the design's designer was rewarded: the reward stage's row of the design."""
+    rewards = query(
+        st,
+        "select raw, dropped, reward, train_step from designer_rewards "
+        "where run_id = ? and gen = ? and design_id = ? limit 1",
+        [str(design.run_id), int(design.gen), str(design.design_id)],
+    )
+    if rewards.empty:
+        return "designer reward: n/a (not rewarded: invalid, every play broken, or its reward stage has not run)"
+    r = rewards.iloc[0]
+    if r.dropped:
+        return f"designer reward: raw={r.raw:.3f}, dropped (raw < 0: never trained)"
+    return f"designer reward: raw={r.raw:.3f}, trained={r.reward:+.3f} at step {int(r.train_step)}"
 
 
 @envs_app.command("lineage")

@@ -24,8 +24,9 @@ def report(
         str | None,
         typer.Option(
             "--baseline",
-            help="Fixed-environment run to compare eval scores with. Default: a run whose stored config sets "
-            "designer.fixed_pool, when there is one.",
+            help="Another run to compare with: its eval scores and its designer reward curve are shown beside "
+            "this run's (a fixed-environment run, or a designer.train=false ablation). Default: a run whose stored "
+            "config sets designer.fixed_pool, when there is one.",
         ),
     ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Environments listed by regret, with their code.")] = 10,
@@ -34,8 +35,9 @@ def report(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
-    """Write an HTML report of a run: validation funnel, win rate and regret, designer reward, training,
-    evals against the base model and a fixed-environment baseline, and the top environments by regret.
+    """Write an HTML report of a run: validation funnel, win rate and regret, the designer reward it trains
+    on (with the baseline run's curve beside it), training, evals against the base model and a baseline run,
+    and the top environments by regret.
 
     Example: spade report my-run --baseline seeds-baseline
     """

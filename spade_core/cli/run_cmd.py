@@ -112,7 +112,8 @@ def _print_summaries(summaries: list[dict[str, Any]], store: Store, run_id: str,
     typer.echo(f"store: {store.base}")
     typer.echo(
         f'look at it: spade sql --store {store.base} "select s.gen, s.env_id, s.skill, s.win_rate, s.regret, '
-        f"s.designer_reward from env_scores s where s.run_id = '{run_id}' order by s.gen, s.regret desc\""
+        "r.raw as designer_raw, r.reward as designer_reward from env_scores s left join designer_rewards r "
+        f"using (run_id, gen, design_id) where s.run_id = '{run_id}' order by s.gen, s.regret desc\""
     )
 
 

@@ -1,11 +1,12 @@
 """``spade report``: one self-contained HTML page per run (docs/DESIGN.md §9).
 
-Per generation: the validation funnel, win-rate and regret distributions, the designer reward (mean,
-spread and range); per global step: the learning curve (no-hint win rate per skill and pool source, with
+Per generation: the validation funnel, win-rate and regret distributions, the designer reward the designer
+is trained on (``designer_rewards``: the mean raw value — the designer's curve, beside a baseline run's — and
+the trained reward); per global step: the learning curve (no-hint win rate per skill and pool source, with
 generation boundaries); training loss and reward per role, the stage timeline (how far generation g+1's
-design chain overlapped generation g's training), eval scores against the base model and a
-fixed-environment baseline run, the top environments by regret with their code, and the run's stored
-config.
+design chain overlapped generation g's training), eval scores against the base model and a baseline run
+(a fixed-environment run, or any run given with ``--baseline``), the top environments by regret with their
+code, and the run's stored config.
 
 - :mod:`spade_core.report.data` — DuckDB queries over the store, returning frames;
 - :mod:`spade_core.report.plots` — the figures as PNG bytes (matplotlib, Agg canvas);
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from spade_core.report import page, plots
 from spade_core.report.data import ReportError, RunData, list_runs, load_run
+from spade_core.report.summary import raw_label, variant_of
 from spade_core.store import Store
 from spade_core.timeline import overlap_fraction, train_seconds
 
@@ -42,7 +44,13 @@ def figures(data: RunData) -> dict[str, bytes | None]:
         "funnel": plots.funnel(data.funnel),
         "win_rate": plots.distribution(data.scores, "win_rate", "Win rate per generation", (-0.05, 1.05)),
         "regret": plots.distribution(data.scores, "regret", "Regret per generation"),
-        "designer_reward": plots.designer_reward(data.designer_reward),
+        "designer_reward": plots.designer_reward(
+            data.designer_reward,
+            data.run_id,
+            data.baseline_designer_reward,
+            data.baseline.run_id if data.baseline else None,
+            raw_label(variant_of(data.config)),
+        ),
         "learning_curve": plots.learning_curve(data.learning_curve, data.steps_per_generation),
         "training": plots.training(data.train),
         "timeline": plots.timeline(

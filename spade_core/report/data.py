@@ -1,8 +1,8 @@
 """What ``spade report`` shows, read from the store: DuckDB queries returning pandas frames.
 
-Everything is scoped to one run (and an optional baseline run for the eval comparison). One DuckDB
-connection serves every query. A table with no files yet is an empty view in the catalog, so each frame
-here is simply empty and the page says "no data yet" for that section.
+Everything is scoped to one run (and an optional baseline run, whose evals and designer reward curve are
+drawn beside the run's). One DuckDB connection serves every query. A table with no files yet is an empty
+view in the catalog, so each frame here is simply empty and the page says "no data yet" for that section.
 
 Definitions (docs/DESIGN.md §7):
 
@@ -10,11 +10,17 @@ Definitions (docs/DESIGN.md §7):
   **with code**: those whose reply held a ```python block; **valid**: designs whose final verdict is ok —
   the validation of their highest attempt, unless the novelty stage marked it ``novel = false`` (the
   same rule as ``spade_core/verdicts.py``); **scored**: ``env_scores`` rows of valid designs.
-  ``env_scores`` also holds rows for invalid designs (all zeros, the invalid reward) — they count for the
-  designer reward but not for win-rate or regret distributions — and rows without a ``design_id`` for
-  replayed / fixed-pool environments, which are valid by construction.
-- **designer reward**: mean over the designs that have an ``env_scores`` row (valid or not); designs whose
-  reply held no code get ``scoring.invalid_reward`` from the trainer and have no row.
+  ``env_scores`` also holds rows for invalid designs (all zeros), not counted in the win-rate or regret
+  distributions, and rows without a ``design_id`` for replayed / fixed-pool environments, which are valid
+  by construction.
+- **designer reward**: the reward stage's rows (``designer_rewards``, one per valid design, written after the
+  generation's last step, over its whole window of K steps), the reward the designer is trained on. Per
+  generation: the mean (std, min, max) of ``raw``, the variant's value (``scoring.designer_reward``), over
+  every rewarded design — the designer's curve; and the mean (std) of ``reward``, the advantage trained on
+  (``raw`` centred per skill over the kept designs, scaled; so its mean is 0), over the designs kept
+  (``raw`` ≥ 0). Invalid designs, replayed and fixed-pool environments are never rewarded. A generation
+  whose reward stage has not run has no value (missing, never 0); one whose reward stage ran and
+  rewarded nothing counts 0 designs.
 - **learning curve**: per global step ``s`` (``episodes.policy_step``: the checkpoint that played), the
   no-hint win rate — the mean return of the run's no-hint plays at that step, a play with an ``error_type``
   counting as return 0 (the rule of ``spade_core/scoring.py``) — overall, per skill, per pool source
@@ -65,7 +71,7 @@ qualify row_number() over (partition by v.run_id, v.gen, v.design_id order by v.
 
 # Valid scored environments of one run: rows of valid designs plus replayed / fixed-pool rows.
 _VALID_SCORES = """
-select s.gen, s.env_id, s.design_id, s.skill, s.win_rate, s.r_hint, s.r_no_hint, s.regret, s.designer_reward
+select s.gen, s.env_id, s.design_id, s.skill, s.win_rate, s.r_hint, s.r_no_hint, s.regret
 from env_scores s
 where s.run_id = $run and (
     s.design_id is null
@@ -86,25 +92,27 @@ from g left join d using (gen) left join v using (gen) left join s using (gen)
 order by g.gen
 """.replace("{valid}", _VALID_SCORES).replace("{verdicts}", _VERDICTS)
 
-# The first-pass score (env_scores, step 0) per generation, then what the designer is trained on: the reward
-# stage's windowed, centred, scaled reward (designer_rewards) of the designs it kept, and the step training them.
+# The designer's reward per generation of the run and of the baseline run, from the reward stage's rows.
 _DESIGNER_REWARD = """
-with scored as (
-    select s.gen, count(*) as designs, avg(s.designer_reward) as mean, stddev_samp(s.designer_reward) as std,
-           min(s.designer_reward) as min, max(s.designer_reward) as max,
-           avg(s.designer_reward) filter (where v.design_id is not null) as mean_valid
-    from env_scores s
-    left join (select gen, design_id from ({verdicts}) where ok) v on v.gen = s.gen and v.design_id = s.design_id
-    where s.run_id = $run and s.design_id is not null
-    group by s.gen
-), trained as (
-    select gen, count(*) filter (where not dropped) as trained, avg(reward) filter (where not dropped) as trained_mean,
-           min(train_step) as train_step
-    from designer_rewards where run_id = $run group by gen
-)
-select scored.*, coalesce(trained.trained, 0) as trained, trained.trained_mean, trained.train_step
-from scored left join trained using (gen) order by gen
-""".replace("{verdicts}", _VERDICTS)
+select run_id, gen, count(*) as designs, avg(raw) as raw_mean, stddev_samp(raw) as raw_std,
+       min(raw) as raw_min, max(raw) as raw_max, count(*) filter (where not dropped) as trained,
+       avg(reward) filter (where not dropped) as trained_mean,
+       stddev_samp(reward) filter (where not dropped) as trained_std, min(train_step) as train_step
+from designer_rewards where run_id = $run or run_id = $baseline
+group by run_id, gen order by run_id, gen
+"""
+DESIGNER_REWARD_COLUMNS = [
+    "gen",
+    "designs",
+    "raw_mean",
+    "raw_std",
+    "raw_min",
+    "raw_max",
+    "trained",
+    "trained_mean",
+    "trained_std",
+    "train_step",
+]
 
 # No-hint win rate per global step: overall, per skill, per pool source and per (skill, source). A play the
 # environment broke (a sandbox error class) is left out of the win rate, as in scoring; another error is a 0.
@@ -147,6 +155,11 @@ with ranked as (
            count(*) over (partition by env_id) as times_scored
     from ({valid})),
 top as (select * from ranked where rank = 1 order by regret desc, gen desc, env_id limit $top),
+-- the designer's reward of the design (a replayed / fixed-pool environment rewarded no designer)
+rewarded as (
+    select gen, design_id, raw as designer_raw, reward as designer_reward from designer_rewards
+    where run_id = $run and design_id in (select design_id from top)
+    qualify row_number() over (partition by gen, design_id) = 1),
 -- the code: from this run's designs, else its memory (replayed / seed environments), else any run's designs
 sources as (
     select env_id, code, kind, 0 as preference from designs
@@ -157,10 +170,9 @@ sources as (
     select env_id, code, kind, 2 from designs where code is not null and env_id in (select env_id from top)),
 best as (select env_id, arg_min(code, preference) as code, arg_min(kind, preference) as kind
          from sources group by env_id)
-select t.gen, t.env_id, t.skill, b.kind, t.win_rate, t.r_hint, t.regret,
-       -- a replayed / fixed-pool environment rewarded no designer
-       case when t.design_id is not null then t.designer_reward end as designer_reward, t.times_scored, b.code
-from top t left join best b using (env_id)
+select t.gen, t.env_id, t.skill, b.kind, t.win_rate, t.r_hint, t.regret, r.designer_raw, r.designer_reward,
+       t.times_scored, b.code
+from top t left join best b using (env_id) left join rewarded r on r.gen = t.gen and r.design_id = t.design_id
 order by t.regret desc, t.gen desc, t.env_id
 """.replace("{valid}", _VALID_SCORES)
 
@@ -171,6 +183,7 @@ class Baseline:
 
     run_id: str
     how: str  # "given" (--baseline) or "auto-detected (designer.fixed_pool=...)"
+    config: dict[str, Any] = field(default_factory=dict)  # its stored config ({} without one)
 
 
 @dataclass
@@ -187,7 +200,7 @@ class RunData:
     gen_times: pd.DataFrame  # gen, first_write, last_write
     funnel: pd.DataFrame
     scores: pd.DataFrame
-    designer_reward: pd.DataFrame
+    designer_reward: pd.DataFrame  # DESIGNER_REWARD_COLUMNS, per generation (designer_reward_table)
     train: pd.DataFrame
     evals: pd.DataFrame
     top_envs: pd.DataFrame
@@ -196,6 +209,10 @@ class RunData:
     timeline: pd.DataFrame  # gen, stage, kind, step, start, end, seconds (spade_core.timeline.stage_timeline)
     baseline: Baseline | None = None
     baseline_candidates: list[str] = field(default_factory=list)
+    # the baseline run's designer reward per generation (DESIGNER_REWARD_COLUMNS; empty: none or no rows)
+    baseline_designer_reward: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=DESIGNER_REWARD_COLUMNS)
+    )
 
 
 def _name_after(path: str, prefix: str) -> str | None:
@@ -271,8 +288,8 @@ def _choose_baseline(
         if given not in runs:
             raise _unknown("baseline run", given, store, runs)
         if given == run_id:
-            raise ReportError(f"baseline run {given!r} is the run itself; name a fixed-environment run")
-        return Baseline(given, "given"), []
+            raise ReportError(f"baseline run {given!r} is the run itself; name another run")
+        return Baseline(given, "given", read_config(store, given)[1]), []
     if fixed_pool_of(config):
         return None, []  # the run is itself a fixed-environment baseline
     candidates = {r: fixed_pool_of(read_config(store, r)[1]) for r in runs if r != run_id}
@@ -282,7 +299,8 @@ def _choose_baseline(
     evaluated = set(con.execute("select distinct run_id from evals").df()["run_id"])
     ordered = sorted(candidates, key=lambda r: (r not in evaluated, r))
     chosen = ordered[0]
-    return Baseline(chosen, f"auto-detected (designer.fixed_pool={candidates[chosen]})"), ordered[1:]
+    how = f"auto-detected (designer.fixed_pool={candidates[chosen]})"
+    return Baseline(chosen, how, read_config(store, chosen)[1]), ordered[1:]
 
 
 def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 10) -> RunData:
@@ -291,8 +309,9 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
     Args:
         store: the artifact store.
         run_id: the run to report on.
-        baseline: a fixed-environment run to compare evals with; None = auto-detect a run whose stored
-            config sets ``designer.fixed_pool`` (only when ``run_id`` is not such a run itself).
+        baseline: another run to compare with: its evals and its designer reward curve are shown beside the
+            run's (a fixed-environment run, or a ``designer.train=false`` ablation); None = auto-detect a run
+            whose stored config sets ``designer.fixed_pool`` (only when ``run_id`` is not such a run itself).
         top: how many environments to list by regret.
 
     Raises:
@@ -320,10 +339,16 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             else pd.DataFrame(columns=["gen", "first_write", "last_write"])
         )
         curve = frame(_LEARNING_CURVE)
+        markers = list_markers(store, run_id)
+        generations = sorted(g for g in set(times["gen"]) if g >= 1)
+        rewards = frame(_DESIGNER_REWARD, baseline=chosen.run_id if chosen else run_id)
+        rewarded = {int(g) for g, records in markers.items() if "reward" in records}
+        ours = rewards[rewards["run_id"] == run_id]
+        theirs = rewards[rewards["run_id"] == chosen.run_id] if chosen else rewards.iloc[0:0]
         return RunData(
             run_id=run_id,
             store_root=store.base,
-            generations=sorted(g for g in set(times["gen"]) if g >= 1),
+            generations=generations,
             config_text=config_text,
             config=config,
             created=min(timed["time"], default=None),
@@ -331,18 +356,43 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             gen_times=gen_times,
             funnel=frame(_FUNNEL),
             scores=frame(_VALID_SCORES + " order by s.gen, s.env_id"),
-            designer_reward=frame(_DESIGNER_REWARD),
+            designer_reward=designer_reward_table(ours, generations, rewarded),
             train=frame(_TRAIN),
             evals=frame(_EVALS, baseline=chosen.run_id if chosen else run_id),
             top_envs=frame(_TOP_ENVS, top=int(top)),
             learning_curve=curve,
             steps_per_generation=steps_per_generation(config, curve),
-            timeline=stage_timeline(list_markers(store, run_id)),
+            timeline=stage_timeline(markers),
             baseline=chosen,
             baseline_candidates=others,
+            baseline_designer_reward=designer_reward_table(theirs, [], set()),
         )
     finally:
         con.close()
+
+
+def designer_reward_table(rows: pd.DataFrame, generations: list[int], rewarded: set[int]) -> pd.DataFrame:
+    """One row per generation (:data:`DESIGNER_REWARD_COLUMNS`): the run's ``designer_rewards`` aggregates
+    (``rows``, from the reward-stage query), every generation of ``generations`` and ``rewarded`` (those whose
+    reward stage has a marker) included. A generation whose reward stage ran without a row counts 0 designs;
+    one whose reward stage has not run has no value (NaN, never 0). Empty when the run rewarded nothing yet
+    (a fixed-pool run, or before its first reward stage).
+
+    >>> rows = pd.DataFrame({"gen": [1], "designs": [3], "raw_mean": [0.5], "trained": [2]})
+    >>> table = designer_reward_table(rows, [1, 2, 3], {1, 2})
+    >>> table[["gen", "designs", "raw_mean", "trained"]].to_dict("list")  # doctest: +NORMALIZE_WHITESPACE
+    {'gen': [1, 2, 3], 'designs': [3.0, 0.0, nan], 'raw_mean': [0.5, nan, nan], 'trained': [2.0, 0.0, nan]}
+    >>> designer_reward_table(rows.iloc[0:0], [1, 2], set()).empty
+    True
+    """
+    rows = rows.reindex(columns=DESIGNER_REWARD_COLUMNS)
+    if rows.empty and not rewarded:
+        return pd.DataFrame(columns=DESIGNER_REWARD_COLUMNS)
+    gens = sorted({int(g) for g in rows["gen"]} | set(generations) | set(rewarded))
+    table = pd.DataFrame({"gen": gens}).merge(rows.astype({"gen": int}), on="gen", how="left")
+    empty = table["gen"].isin(sorted(rewarded)) & table["designs"].isna()
+    table.loc[empty, ["designs", "trained"]] = 0
+    return table.astype({c: float for c in DESIGNER_REWARD_COLUMNS} | {"gen": int})
 
 
 def eval_comparison(evals: pd.DataFrame, run_id: str, baseline_id: str | None) -> pd.DataFrame:

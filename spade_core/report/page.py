@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from spade_core.report.data import RunData, eval_comparison, fixed_pool_of, learning_curve_table
+from spade_core.report.summary import raw_label, variant_of
 from spade_core.timeline import (
     chain_seconds,
     overlap_fraction,
@@ -56,12 +57,17 @@ def _missing(value: object) -> bool:
 
 
 def num(digits: int = 3, signed: bool = False) -> Callable[[object], str]:
-    """A formatter for numbers; missing values print as an en dash."""
+    """A formatter for numbers; missing values print as an en dash, and what rounds to zero as zero.
+
+    >>> num()(None), num()(-1e-17), num(signed=True)(-1e-17), num(2, signed=True)(-0.256)
+    ('–', '0.000', '+0.000', '-0.26')
+    """
 
     def fmt(value: object) -> str:
         if _missing(value):
             return "–"
-        return f"{float(value):{'+' if signed else ''}.{digits}f}"  # type: ignore[arg-type]
+        rounded = round(float(value), digits) + 0.0  # type: ignore[arg-type]  # + 0.0: no "-0.000"
+        return f"{rounded:{'+' if signed else ''}.{digits}f}"
 
     return fmt
 
@@ -116,7 +122,7 @@ def _summary(data: RunData) -> pd.DataFrame:
         means = data.scores.groupby("gen")[["win_rate", "regret"]].mean().reset_index()
         frame = frame.merge(means, on="gen", how="left")
     if not data.designer_reward.empty:
-        frame = frame.merge(data.designer_reward[["gen", "mean"]], on="gen", how="left")
+        frame = frame.merge(data.designer_reward[["gen", "raw_mean"]], on="gen", how="left")
     return frame
 
 
@@ -141,7 +147,7 @@ def _header(data: RunData, generated: dt.datetime) -> str:
         ("last artifact written", when(data.last_write)),
         ("wall clock (first to last artifact)", span),
         ("steps per generation (K)", text(data.steps_per_generation)),
-        ("eval baseline run", baseline),
+        ("baseline run (evals, designer reward)", baseline),
         ("report generated", when(generated)),
     ]
     rows = "".join(f'<tr><th class="text">{esc(k)}</th><td class="text">{esc(v)}</td></tr>' for k, v in facts)
@@ -156,7 +162,7 @@ def _header(data: RunData, generated: dt.datetime) -> str:
         ("replayed", "replayed", integer),
         ("win_rate", "win rate (mean)", num()),
         ("regret", "regret (mean)", num()),
-        ("mean", "designer reward (mean)", num()),
+        ("raw_mean", f"designer reward: {raw_label(variant_of(data.config))} (mean)", num()),
     ]
     per_gen = table(summary, [c for c in columns if c[0] in summary.columns]) if not summary.empty else ""
     return _section("run", "Run", f"<table>{rows}</table>", per_gen or f'<p class="empty">{NO_DATA}</p>')
@@ -194,32 +200,51 @@ def _scores(figures: Mapping[str, bytes | None]) -> str:
 
 
 def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
+    variant = variant_of(data.config)
+    raw = raw_label(variant)
+    baseline = data.baseline.run_id if data.baseline else None
     note = (
-        '<p class="note">Per generation: mean ± standard deviation and range (min – max) of the first-pass '
-        "score (step 0's plays) over the designs with a score row (valid or not); designs whose reply held no "
-        "code get scoring.invalid_reward and are not counted here. Then what the designer is trained on "
-        "(the reward stage, <code>designer_rewards</code>): the designs kept (raw reward ≥ 0), the mean of "
-        "their reward over the whole window of K steps, centred per skill and scaled, and the global step "
-        "whose batch trains them.</p>"
+        '<p class="note">What the designer is trained on: the reward stage\'s rows (<code>designer_rewards</code>), '
+        "one per valid design, written after the generation's last step over its whole window of K steps. "
+        f"{esc(raw)} = the value of the variant (scoring.designer_reward = {esc(variant or 'unknown')}) for each "
+        "design: its mean per generation is the designer's curve. A design whose raw value is &lt; 0 is dropped "
+        "(blend, solve_rate); the trained reward of the others is their raw value centred on their skill's mean "
+        "and scaled: the advantage the designer sample is trained with (so its mean is 0 by construction; its "
+        "spread is what moves the designer), in the batch of the global step shown. Invalid designs, replayed "
+        "and fixed-pool environments are never rewarded. – : the generation's reward stage has not run."
+        + (
+            f" Beside it, baseline run {esc(baseline)}: its own {esc(raw_label(variant_of(data.baseline.config)))}"
+            " per generation (e.g. a designer.train=false ablation next to the trained designer)."
+            if data.baseline is not None and not data.baseline_designer_reward.empty
+            else ""
+        )
+        + "</p>"
     )
     columns: list[Column] = [
         ("gen", "gen", integer),
-        ("designs", "designs", integer),
-        ("mean", "mean", num()),
-        ("std", "std", num()),
-        ("min", "min", num()),
-        ("max", "max", num()),
-        ("mean_valid", "mean (valid designs)", num()),
-        ("trained", "trained designs", integer),
-        ("trained_mean", "mean trained reward", num()),
+        ("designs", "designs rewarded", integer),
+        ("raw_mean", f"{raw} (mean)", num()),
+        ("raw_std", "std", num()),
+        ("raw_min", "min", num()),
+        ("raw_max", "max", num()),
+        ("trained", "designs kept", integer),
+        ("trained_mean", "trained reward (mean)", num(signed=True)),
+        ("trained_std", "trained reward (std)", num()),
         ("train_step", "trained at step", integer),
     ]
-    body = table(data.designer_reward, columns) if not data.designer_reward.empty else ""
+    frame = data.designer_reward
+    if not data.baseline_designer_reward.empty:
+        theirs = data.baseline_designer_reward[["gen", "raw_mean"]].rename(columns={"raw_mean": "baseline_raw_mean"})
+        ours = frame if not frame.empty else pd.DataFrame({"gen": pd.Series(dtype=int)})
+        frame = ours.merge(theirs, on="gen", how="outer").sort_values("gen")
+        their_raw = raw_label(variant_of(data.baseline.config)) if data.baseline else "raw"
+        columns.append(("baseline_raw_mean", f"baseline {baseline}: {their_raw} (mean)", num()))
+    body = table(frame, columns) if not frame.empty else ""
     return _section(
         "designer-reward",
         "Designer reward",
         note,
-        image("designer_reward", figures.get("designer_reward"), "designer reward"),
+        image("designer_reward", figures.get("designer_reward"), "designer reward per generation"),
         body,
     )
 
@@ -344,7 +369,8 @@ def _top_envs(data: RunData) -> str:
         facts = (
             f"gen {integer(env['gen'])} · {text(env['skill'])} · {text(env['kind'])} · "
             f"win rate {num()(env['win_rate'])} · regret {num(signed=True)(env['regret'])} · "
-            f"designer reward {num()(env['designer_reward'])} · scored {integer(env['times_scored'])}×"
+            f"designer {raw_label(variant_of(data.config))} {num()(env['designer_raw'])}, "
+            f"trained {num(signed=True)(env['designer_reward'])} · scored {integer(env['times_scored'])}×"
         )
         items.append(
             f'<div class="env"><h3>{esc(text(env["env_id"]))}</h3><p class="note">{esc(facts)}</p>'

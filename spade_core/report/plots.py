@@ -110,28 +110,58 @@ def distribution(frame: pd.DataFrame, column: str, title: str, ylim: tuple[float
     return out[0]
 
 
-def designer_reward(frame: pd.DataFrame) -> bytes | None:
-    """Designer reward per generation: the mean with a ± one-standard-deviation bar, the range (min to
-    max) as a light band, and the mean over the valid designs alone."""
-    if frame.empty:
+def designer_reward(
+    frame: pd.DataFrame,
+    run_id: str = "",
+    baseline: pd.DataFrame | None = None,
+    baseline_id: str | None = None,
+    raw_name: str = "raw",
+) -> bytes | None:
+    """The designer's reward per generation, of the run and of a baseline run (``designer_rewards``, as
+    :func:`~spade_core.report.data.designer_reward_table` frames).
+
+    Left, the designer's curve: the mean raw value with a ± one-standard-deviation bar (the run's range, min
+    to max, as a light band), the baseline run's beside it. Right, the trained reward (the advantage: centred
+    per skill, scaled) as mean ± std, of both. Generations without a value are not drawn; None when neither
+    run has one.
+    """
+    named = [(run_id or "run", frame, "tab:blue", "o", "-")]
+    if baseline is not None:
+        named.append((f"baseline {baseline_id}" if baseline_id else "baseline", baseline, "tab:orange", "s", "--"))
+    frames = [(n, f[f["raw_mean"].notna()], c, m, ls) for n, f, c, m, ls in named if not f.empty]
+    frames = [entry for entry in frames if not entry[1].empty]
+    if not frames:
         return None
-    gens = [int(g) for g in frame["gen"]]
-    mean = frame["mean"].to_numpy(dtype=float)
-    std = np.nan_to_num(frame["std"].to_numpy(dtype=float))
-    with _figure() as (fig, out):
-        ax = fig.add_subplot()
-        if {"min", "max"} <= set(frame.columns):
-            low, high = frame["min"].to_numpy(dtype=float), frame["max"].to_numpy(dtype=float)
-            ax.vlines(gens, low, high, color="tab:blue", alpha=0.25, linewidth=10, label="min – max")
-        ax.errorbar(gens, mean, yerr=std, marker="o", capsize=4, color="tab:blue", label="mean ± std (all scored)")
-        valid = frame["mean_valid"].to_numpy(dtype=float)
-        if not np.all(np.isnan(valid)):
-            ax.plot(gens, valid, marker="s", linestyle="--", color="tab:orange", label="mean (valid designs)")
-        _gen_axis(ax, gens)
-        ax.set_xlim(min(gens) - 0.6, max(gens) + 0.6)
-        ax.set_ylabel("designer reward")
-        ax.set_title("Designer reward per generation")
-        ax.legend(fontsize=8)
+    gens = sorted({int(g) for _, f, *_ in frames for g in f["gen"]})
+    with _figure(width=9.0, height=3.6) as (fig, out):
+        raw_ax, trained_ax = fig.subplots(1, 2)
+        for i, (name, rows, colour, marker, style) in enumerate(frames):
+            x = rows["gen"].to_numpy(dtype=float) + (0.06 * i if len(frames) > 1 else 0.0)
+            if name == named[0][0]:
+                low, high = rows["raw_min"].to_numpy(dtype=float), rows["raw_max"].to_numpy(dtype=float)
+                raw_ax.vlines(x, low, high, color=colour, alpha=0.2, linewidth=10, label=f"{name}: min – max")
+            for ax, column in ((raw_ax, "raw"), (trained_ax, "trained")):
+                mean = rows[f"{column}_mean"].to_numpy(dtype=float)
+                std = np.nan_to_num(rows[f"{column}_std"].to_numpy(dtype=float))
+                ax.errorbar(
+                    x,
+                    mean,
+                    yerr=std,
+                    marker=marker,
+                    linestyle=style,
+                    capsize=4,
+                    color=colour,
+                    label=f"{name}: mean ± std",
+                )
+        for ax in (raw_ax, trained_ax):
+            _gen_axis(ax, gens)
+            ax.set_xlim(min(gens) - 0.6, max(gens) + 0.6)
+            ax.legend(fontsize=7)
+        raw_ax.set_ylabel(raw_name)
+        raw_ax.set_title(f"Designer's curve: {raw_name} per generation")
+        trained_ax.axhline(0.0, color="grey", linewidth=0.8)
+        trained_ax.set_ylabel("trained reward (advantage)")
+        trained_ax.set_title("Trained reward (centred per skill, scaled)")
     return out[0]
 
 
