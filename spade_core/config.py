@@ -316,7 +316,6 @@ class ScoringConfig(_Section):
     plateau_low: float = Field(0.4, ge=0, le=1, description="Win-rate plateau start [0.4].")
     plateau_high: float = Field(0.6, ge=0, le=1, description="Win-rate plateau end [0.6].")
     plateau_falloff: float = Field(0.25, gt=0, description="Linear fall-off width outside the plateau [0.25].")
-    invalid_reward: float = Field(0.0, description="Reward of an invalid design [0].")
 
 
 class MemoryConfig(_Section):
@@ -605,6 +604,12 @@ def load_config(
     return _resolve(data, overrides)
 
 
+# Keys a stored run config may still hold that no longer mean anything; reading a stored config drops them
+# (a config file a user writes with one is refused like any unknown key). ``scoring.invalid_reward``: an
+# invalid design gets no designer_rewards row and no designer sample, whatever the value.
+RETIRED_KEYS: tuple[tuple[str, str], ...] = (("scoring", "invalid_reward"),)
+
+
 def load_config_text(
     text: str, overrides: list[str] | tuple[str, ...] = (), *, label: str = "config text"
 ) -> SpadeConfig:
@@ -629,7 +634,11 @@ def load_config_text(
     ...
     spade_core.config.ConfigError: config file runs/r/config.yaml must hold a mapping, got list
     """
-    return _resolve(_parse_yaml(text, label), overrides)
+    data = _parse_yaml(text, label)
+    for section, key in RETIRED_KEYS:  # a run stored before the key was retired still loads
+        if isinstance(data.get(section), dict):
+            data[section].pop(key, None)
+    return _resolve(data, overrides)
 
 
 def _resolve(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> SpadeConfig:

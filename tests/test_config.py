@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_core.config import PRESET_DIR, ConfigError, SpadeConfig, available_presets, load_config
+from spade_core.config import PRESET_DIR, ConfigError, SpadeConfig, available_presets, load_config, load_config_text
 
 
 @pytest.mark.parametrize("preset", ["tiny", "gpu-1x", "gpu-8x"])
@@ -251,3 +251,13 @@ def test_tiny_shows_memory_examples_whole_and_the_paper_presets_cut_them_as_the_
     assert load_config("tiny").memory.example_code == "whole"
     assert load_config("paper-games").memory.example_code == "cut"
     assert load_config("paper-tool-use").memory.example_code == "cut"
+
+
+def test_a_stored_config_with_a_retired_key_still_loads_and_a_new_file_with_it_is_refused(tmp_path: Path) -> None:
+    stored = load_config("tiny").to_yaml().replace("scoring:\n", "scoring:\n  invalid_reward: -1.0\n", 1)
+    assert "invalid_reward" in stored
+    assert load_config_text(stored) == load_config("tiny")  # a run stored before the key was retired
+    path = tmp_path / "mine.yaml"
+    path.write_text("scoring:\n  invalid_reward: -1.0\n")
+    with pytest.raises(ConfigError, match="invalid_reward"):
+        load_config("tiny", str(path))

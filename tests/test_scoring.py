@@ -190,11 +190,11 @@ def test_score_environments_matches_hand_computed_rows() -> None:
 
 def test_env_scores_hold_no_designer_reward_and_no_scoring_constant_changes_them() -> None:
     # The designer's reward is the reward stage's (designer_rewards, over the window); a score row is the
-    # same whatever the variant, its weights or the invalid reward.
+    # same whatever the variant or its weights.
     scores = score_environments(_episodes(), _envs(), CFG)
     assert "designer_reward" not in scores.columns and scores["hint_leaked"].dtype == bool
     for cfg in (
-        ScoringConfig(regret_weight=1.0, plateau_weight=1.0, invalid_reward=-1.0),
+        ScoringConfig(regret_weight=1.0, plateau_weight=1.0),
         ScoringConfig(designer_reward="learning_potential"),
         ScoringConfig(designer_reward="learnability", plateau_low=0.1),
     ):

@@ -1,8 +1,8 @@
-"""Score (docs/DESIGN.md §7 step 7): win rate, regret and designer reward of every environment and design.
+"""Score (docs/DESIGN.md §7 step 7): win rate and regret of every environment and design, from step 0's plays.
 
-Every design whose reply held code gets its environment's row (an invalid one the invalid reward); designs
-without code have no environment and are rewarded by the trainer directly. Replayed and fixed-pool
-environments get a row without a design.
+Every design whose reply held code gets its environment's row; designs without code have no environment.
+Replayed and fixed-pool environments get a row without a design. The designer's reward is the reward
+stage's (``designer_rewards``, over the whole window of steps).
 """
 
 from __future__ import annotations
