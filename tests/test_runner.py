@@ -5,6 +5,7 @@ generations here are plain functions that write real markers into a real store: 
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from pathlib import Path
 
@@ -94,3 +95,33 @@ def test_a_failed_chain_is_left_to_its_generation_and_a_failed_generation_is_rai
     with pytest.raises(RuntimeError, match="generation 2 broke"):
         run_generations(cfg, store, "r", [1, 2, 3], generation, chain, poll_s=0.01)
     assert ran == ["gen 1", "chain 2", "gen 2", "chain 3"]  # gen 3 never starts; chain 3 was joined first
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_the_local_runner_overlaps_two_real_generations_with_the_production_leases(
+    tmp_path: Path, micro_model_dir: str
+) -> None:
+    """The real stages, jails and model leases (the micro model): generation 2's design chain starts once
+    generation 1's memory is stored, before generation 1 has ended, and both generations complete."""
+    from test_resume import OVERRIDES
+
+    from spade_core.markers import read_marker
+    from spade_core.pipeline.local import run_run
+    from spade_core.pipeline.status import generation_complete
+    from spade_core.timeline import parse_time
+
+    overrides = [*OVERRIDES[:-1], "training.steps_per_generation=3", "orchestration.async_generations=true"]
+    cfg = load_config("tiny", overrides=[*overrides, f"store.root={tmp_path}", f"model.name_or_path={micro_model_dir}"])
+    store = Store(str(tmp_path))
+    records = run_run(cfg, store, "r", [1, 2])
+    assert [r["pool"].gen for r in records] == [1, 2]
+    assert all(generation_complete(store, cfg, "r", g) for g in (1, 2))
+    chain_start = read_marker(store, "r", 2, "documents")
+    memory, last = read_marker(store, "r", 1, "memory"), read_marker(store, "r", 1, "rollout-s2")
+    assert chain_start is not None and memory is not None and last is not None
+    # Beside generation 1's steps: after its memory, before its last plays ended (finished_at is to the second).
+    began, stored, ended = (parse_time(t) for t in (chain_start.started_at, memory.finished_at, last.finished_at))
+    assert began is not None and stored is not None and ended is not None
+    assert stored <= began < ended + dt.timedelta(seconds=1)
