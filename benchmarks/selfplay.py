@@ -41,8 +41,7 @@ from typing import Any
 from spade_core.catalog import query
 from spade_core.checkpoints import checkpoint_complete, read_marker
 from spade_core.config import SpadeConfig, load_config
-from spade_core.markers import StageRecord
-from spade_core.markers import read_marker as read_stage_marker
+from spade_core.markers import StageRecord, list_markers
 from spade_core.pipeline.local import run_run
 from spade_core.pipeline.runner import Watcher
 from spade_core.pipeline.stage import Stage
@@ -124,11 +123,7 @@ def generation_row(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> dic
 
 def _stage_minutes(store: Store, run_id: str, gen: int) -> float:
     """The generation's stage seconds (its markers' own; a sharded stage's are its shards'), in minutes."""
-    names = [
-        p.rsplit("/", 1)[-1].removesuffix(".json")
-        for p in store.fs.glob(f"{store.run_dir(run_id)}/gen={gen}/stages/*.json")
-    ]
-    records = [r for r in (read_stage_marker(store, run_id, gen, n) for n in names) if r is not None]
+    records = list(list_markers(store, run_id).get(gen, {}).values())
     sharded = {r.stage for r in records if r.shard is not None}
     return sum(r.seconds for r in records if r.shard is not None or r.stage not in sharded) / 60
 
