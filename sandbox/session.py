@@ -73,6 +73,10 @@ class EnvSession:
     def step(self, action: str) -> CallResult:
         return self.jail.call("step", action=action)
 
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> CallResult:
+        """Run one tool of a tool-use environment outside ``step`` (no turn counted): ``data["output"]``."""
+        return self.jail.call("call_tool", name=name, arguments=arguments)
+
     def solution(self) -> CallResult:
         return self.jail.call("solution")
 

@@ -19,16 +19,34 @@ TOOL_SYSTEM = (
 )
 
 
-def system_prompt(kind: str, tools: list[dict[str, Any]] | None, tools_in_template: bool) -> str:
-    if kind == "tool":
-        # One compact schema per line: the embedded 135M model's context is small.
-        listed = (
-            "(given to you by the system)"
-            if tools_in_template
-            else "\n".join(json.dumps(t.get("function", t), separators=(",", ":")) for t in tools or [])
-        )
-        return TOOL_SYSTEM.format(tools=listed)
-    return GAME_SYSTEM
+NATIVE_TOOL_SYSTEM = (
+    "You solve tasks by calling tools. Call tools by writing one or more "
+    '<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call> blocks; every call runs and each '
+    "result comes back as a tool message. When you know the final result, reply with <answer>...</answer>.\n"
+    "Available tools (JSON schemas):\n{tools}"
+)
+
+
+def system_prompt(
+    kind: str, tools: list[dict[str, Any]] | None, tools_in_template: bool, tool_protocol: str = "user_messages"
+) -> str | None:
+    """The agent's system prompt, or None for none.
+
+    Tool use with the native protocol has none when the chat template renders the tool schemas itself (the
+    authors send one user message, orchestrator.py:801-815); a template that does not gets the schemas and the
+    call format in a system prompt.
+    """
+    if kind != "tool":
+        return GAME_SYSTEM
+    if tool_protocol == "native" and tools_in_template:
+        return None
+    # One compact schema per line: the embedded 135M model's context is small.
+    listed = (
+        "(given to you by the system)"
+        if tools_in_template
+        else "\n".join(json.dumps(t.get("function", t), separators=(",", ":")) for t in tools or [])
+    )
+    return (NATIVE_TOOL_SYSTEM if tool_protocol == "native" else TOOL_SYSTEM).format(tools=listed)
 
 
 def first_observation(observation: str, hint: str | None) -> str:

@@ -1,7 +1,8 @@
 """Token bookkeeping for multi-turn episodes: the conversation as token ids plus a loss mask.
 
 The agent's sampled tokens are appended as they were generated (mask 1); everything else — the prompt,
-the end of each assistant turn as the chat template writes it, and each environment observation — is
+the end of each assistant turn as the chat template writes it, and each environment observation or tool
+result — is
 rendered with the chat template and appended with mask 0. Generating from these ids (backends that take
 token prompts) means training sees exactly the tokens the model saw.
 """
@@ -40,15 +41,17 @@ class ChatTokens:
         return self.encode(self.render(messages, add_generation_prompt=True))
 
     def after_assistant(
-        self, history: list[dict[str, str]], assistant: str, ended_with_eos: bool, observation: str
+        self, history: list[dict[str, str]], assistant: str, ended_with_eos: bool, following: list[dict[str, str]]
     ) -> list[int]:
-        """Tokens that close the assistant turn and add the next observation (all mask 0).
+        """Tokens that close the assistant turn and add the messages that follow it (all mask 0): one
+        observation (a user message), or every tool result of the turn (tool messages), rendered together
+        as one delta, so a template that groups consecutive tool results renders them as it would whole.
 
         ``history`` is the conversation before the assistant turn.
         """
         turn = {"role": "assistant", "content": assistant}
         before = self.render([*history, turn], add_generation_prompt=False)
-        after = self.render([*history, turn, {"role": "user", "content": observation}], add_generation_prompt=True)
+        after = self.render([*history, turn, *following], add_generation_prompt=True)
         env_text = after[len(before) :] if after.startswith(before) else after
         cut = before.rfind(assistant) if assistant else -1
         closing = before[cut + len(assistant) :] if cut >= 0 else self.eos_text + "\n"

@@ -260,6 +260,20 @@ class RolloutConfig(_Section):
         "sandbox faults (timeout, memory, jail) are still retried [None: the play is retried, then left out, "
         "like any fault of the environment; -1 in the paper presets, as the authors].",
     )
+    tool_protocol: Literal["user_messages", "native"] = Field(
+        "user_messages",
+        description="How a tool-use agent calls tools. user_messages: the whole reply goes to the environment's "
+        "step, which runs its first <tool_call>, and the result comes back as a user message; native: every call "
+        "of a reply (the chat template's JSON or XML tool-call format) runs, outside step and counting no turn "
+        "of the environment's, and each result comes back as a tool message; a reply with <answer>, or with no "
+        "call, goes to step [user_messages; native in paper-tool-use, as the authors].",
+    )
+    mask_malformed_tool_calls: bool = Field(
+        False,
+        description="native protocol: a reply that writes <tool_call> but yields no parsable call is left out of "
+        "the loss (mask 0), the play goes on with the environment's format error [off; on in paper-tool-use, as "
+        "the authors' SPADE_MASK_MALFORMED_TOOLCALL].",
+    )
     reuse_kv_cache: bool = Field(
         True,
         description="transformers backend: keep each live episode's KV cache between turns and prefill only "

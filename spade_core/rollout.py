@@ -45,6 +45,7 @@ from typing import Any
 from sandbox.jail import CallResult
 from sandbox.outcome import ErrorType, episode_return, is_env_error
 from sandbox.policy import JailLimits
+from sandbox.runtime.spade_env import is_malformed_call, parse_answer, parse_native_calls
 from sandbox.session import EnvSession, run_parallel
 from spade_core.actions import game_action
 from spade_core.agent_prompts import first_observation, system_prompt
@@ -95,6 +96,7 @@ class _Episode:
     generated_tokens: int = 0
     cache_key: str | None = None  # the slot its KV cache is kept under, until released
     attempt: int = 0  # 0 = the first play; k = the k-th retry after the environment broke it
+    reply_start: int = 0  # where the last reply's tokens begin in token_ids
 
     def fail(self, error_type: str, message: str | None) -> None:
         self.error_type, self.error, self.done = error_type, message, True
@@ -115,6 +117,8 @@ class RolloutStats:
     cached_tokens: int = 0  # of those, served from a kept KV cache instead of prefilled
     errors: dict[str, int] = field(default_factory=dict)  # error_type -> rows that kept it (after retries)
     retries: int = 0  # plays started again because the environment broke them
+    tool_calls: int = 0  # tool calls run outside step (native protocol)
+    malformed_tool_calls: int = 0  # replies that wrote <tool_call> but gave no parsable call (native protocol)
 
 
 class RolloutEngine:
@@ -181,8 +185,9 @@ class RolloutEngine:
         kind = episode.session.kind or "game"
         chat = self._chat(episode)
         in_template = chat is not None and chat.tools is not None
+        system = system_prompt(kind, episode.session.tools, in_template, self.cfg.tool_protocol)
         episode.messages = [
-            {"role": "system", "content": system_prompt(kind, episode.session.tools, in_template)},
+            *([{"role": "system", "content": system}] if system is not None else []),
             {"role": "user", "content": first_observation(result.data["obs"], spec.hint)},
         ]
         if chat is not None:
@@ -272,6 +277,7 @@ class RolloutEngine:
         chat = self._chat(episode)
         ids, text = completion.token_ids, completion.text
         stopped = completion.finish_reason == "stop"
+        episode.reply_start = len(episode.token_ids)
         if chat is not None:
             if not ids:  # a server backend returned text only: tokenize it
                 ids = chat.completion_ids(completion.text, stopped=stopped)
@@ -294,6 +300,47 @@ class RolloutEngine:
         """What the environment's ``step`` receives for ``reply`` (``rollout.action``; tool use: the reply)."""
         return reply if episode.session.kind == "tool" else game_action(reply, self.cfg.action)
 
+    def _native_calls(self, episode: _Episode, reply: str) -> list[tuple[str, dict[str, Any]]]:
+        """The tool calls to run outside ``step`` for ``reply``: with the native protocol, every call of a
+        tool-use reply without an ``<answer>`` (the authors' orchestrator.py:891-997); otherwise none, and the
+        reply goes to ``step``. A malformed reply (``<tool_call>`` but no call) goes to ``step`` too, which
+        scores its format error; with ``rollout.mask_malformed_tool_calls`` its tokens leave the loss."""
+        if self.cfg.tool_protocol != "native" or episode.session.kind != "tool" or parse_answer(reply) is not None:
+            return []
+        calls = parse_native_calls(reply)
+        if is_malformed_call(reply, calls):
+            self.stats.malformed_tool_calls += 1
+            if self.cfg.mask_malformed_tool_calls:
+                start = episode.reply_start
+                episode.loss_mask[start:] = [0] * (len(episode.loss_mask) - start)
+        return calls
+
+    def _play(self, episode: _Episode, action: str, calls: list[tuple[str, dict[str, Any]]]) -> list[CallResult]:
+        """Run one turn in the episode's jail: every call in order (stopping at a failed one), or one step."""
+        if not calls:
+            return [episode.session.step(action)]
+        results = []
+        for name, arguments in calls:
+            results.append(episode.session.call_tool(name, arguments))
+            if not results[-1].ok:
+                break
+        return results
+
+    def _record_tools(
+        self, episode: _Episode, calls: list[tuple[str, dict[str, Any]]], results: list[CallResult], eos: bool
+    ) -> None:
+        """A turn of tool calls: reward 0, no termination; each result comes back as a ``tool`` message."""
+        failed = next((r for r in results if not r.ok), None)
+        if failed is not None:  # as a failed step: rollout.step_error_return, or a fault of the environment
+            self._record_step(episode, failed, eos)
+            return
+        self.stats.tool_calls += len(calls)
+        episode.rewards.append(0.0)  # the authors' orchestrator.py:1000: a tool turn's reward is 0
+        if len(episode.rewards) >= episode.session.max_turns:
+            episode.done = True  # out of turns: truncated, return 0
+            return
+        self._append_observations(episode, [{"role": "tool", "content": r.data["output"]} for r in results], eos)
+
     def _record_step(self, episode: _Episode, result: CallResult, ended_with_eos: bool) -> None:
         if not result.ok:
             if self.cfg.step_error_return is not None and result.error_type in STEP_FAULTS:
@@ -311,14 +358,18 @@ class RolloutEngine:
         if episode.terminated or data["truncated"] or turns >= episode.session.max_turns:
             episode.done = True
             return
+        self._append_observations(episode, [{"role": "user", "content": data["obs"]}], ended_with_eos)
+
+    def _append_observations(self, episode: _Episode, following: list[dict[str, str]], ended_with_eos: bool) -> None:
+        """Close the agent's turn and add what the environment answered (messages and tokens, mask 0)."""
         chat = self._chat(episode)
         if chat is not None:
             history, reply = episode.messages[:-1], episode.messages[-1]["content"]
-            env_ids = chat.after_assistant(history, reply, ended_with_eos, data["obs"])
+            env_ids = chat.after_assistant(history, reply, ended_with_eos, following)
             episode.token_ids += env_ids
             episode.loss_mask += [0] * len(env_ids)
             episode.logprobs += [0.0] * len(env_ids)
-        episode.messages.append({"role": "user", "content": data["obs"]})
+        episode.messages.extend(following)
         episode.done = self._context_spent(episode)  # context budget spent: truncated, return 0
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -336,7 +387,7 @@ class RolloutEngine:
                     break
                 completions = self.generator.generate([self._request(e) for e in live], self.sampling)
                 self.stats.generate_calls += 1
-                stepping: list[tuple[_Episode, str, bool]] = []
+                stepping: list[tuple[_Episode, str, list[tuple[str, dict[str, Any]]], bool]] = []
                 for episode, completion in zip(live, completions, strict=True):
                     if completion.error is not None:
                         episode.fail("model_error", completion.error)
@@ -345,12 +396,17 @@ class RolloutEngine:
                     if self.cfg.end_without_eos and cut:
                         episode.done = True  # cut at the token limit: truncated, unplayed, return 0
                         continue
-                    stepping.append((episode, self._action(episode, reply), eos))
+                    stepping.append((episode, self._action(episode, reply), self._native_calls(episode, reply), eos))
                 results = run_parallel(
-                    lambda job: job[0].session.step(job[1]), stepping, min(MAX_STEP_WORKERS, max(1, len(stepping)))
+                    lambda job: self._play(job[0], job[1], job[2]),
+                    stepping,
+                    min(MAX_STEP_WORKERS, max(1, len(stepping))),
                 )
-                for (episode, _, eos), result in zip(stepping, results, strict=True):
-                    self._record_step(episode, result, eos)
+                for (episode, _, calls, eos), turn in zip(stepping, results, strict=True):
+                    if calls:
+                        self._record_tools(episode, calls, turn, eos)
+                    else:
+                        self._record_step(episode, turn[0], eos)
                 self._release([e for e in live if e.done])
                 self._count_prompts(completions)
                 self.stats.turns += 1

@@ -35,7 +35,7 @@ class OracleAgent:
 
 @dataclass
 class Scripted:
-    """A policy that plays a fixed script per environment seed (read off the first observation, which
+    """A policy that plays a fixed script per environment seed (read off the first user message, which
     starts "seed N:"); ``fail`` names seeds whose model call fails. Replies that run past the script repeat
     its last line; a reply given as ``(text, "length")`` comes back as cut at the token limit. ``calls``
     counts the replies per seed, across retries."""
@@ -49,7 +49,8 @@ class Scripted:
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         out = []
         for r in requests:
-            seed = int(re.match(r"seed (\d+):", r.messages[1]["content"]).group(1))  # type: ignore[union-attr]
+            first = next(m["content"] for m in r.messages if m["role"] == "user")
+            seed = int(re.match(r"seed (\d+):", first).group(1))  # type: ignore[union-attr]
             n = self.calls.get(seed, 0)
             self.calls[seed] = n + 1
             if seed in self.fail:

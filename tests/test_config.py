@@ -209,6 +209,9 @@ PAPER_TOOL_USE = {
     "rollout.hint_max_new_tokens": 2048,
     "evaluation.every": 4,  # --eval-interval 32 rollout steps = 4 generations of K = 8
     "evaluation.suites": ["reasoning_gym", "bfcl"],  # theirs: AIME avg32 (not offline) and BFCL
+    # Native tool calls (orchestrator.py:786-1031), malformed ones masked (SPADE_MASK_MALFORMED_TOOLCALL=1).
+    "rollout.tool_protocol": "native",
+    "rollout.mask_malformed_tool_calls": True,
 }
 
 
@@ -244,6 +247,7 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         rules = cfg.rollout
         assert not rules.game_max_turns and not rules.end_without_eos and rules.action == "reply", preset
         assert rules.context_margin_tokens is None and rules.step_error_return is None, preset
+        assert rules.tool_protocol == "user_messages" and not rules.mask_malformed_tool_calls, preset
         assert not cfg.training.step_on_zero_signal, preset
 
 

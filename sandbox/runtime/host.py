@@ -243,6 +243,16 @@ class Host:
             "info": check_info(out[4], "step"),
         }
 
+    def call_tool(self, name, arguments):
+        """One tool call outside ``step`` (the native protocol): the environment's ``execute_tool``, or for an
+        environment without one, its ``tool_<name>`` method run as :func:`spade_env.run_tool` runs it."""
+        import spade_env
+
+        env = self._need_env()
+        execute = getattr(env, "execute_tool", None)
+        out = execute(name, arguments) if callable(execute) else spade_env.run_tool(env, name, arguments)[0]
+        return {"ok": True, "output": check_obs(out, "execute_tool(%s)" % _short(name))}
+
     def solution(self):
         value = self._need_env().solution()
         if not isinstance(value, str):
@@ -261,6 +271,8 @@ def handle(host, request):
             return host.reset(request.get("seed"))
         if op == "step":
             return host.step(request.get("action", ""))
+        if op == "call_tool":
+            return host.call_tool(request.get("name"), request.get("arguments"))
         if op == "solution":
             return host.solution()
         return {"ok": False, "error_type": "jail_error", "message": "unknown op %r" % (op,)}

@@ -2,6 +2,8 @@
 
 - :func:`parse_boxed` — the command inside the last ``\\boxed{...}`` of a game action (nested braces ok).
 - :func:`parse_tool_calls`, :func:`parse_answer` — the tool-use action format.
+- :func:`parse_native_calls`, :func:`run_tool` — the native protocol: every call of a reply, in the chat
+  template's JSON or XML format, and one tool run (``ToolEnv.execute_tool``; no turn is counted).
 - :func:`split_actions` — a reference solution split into the actions it is made of.
 - :class:`ToolEnv` — base class for tool-use environments: parses ``<tool_call>`` / ``<answer>``,
   runs one tool call per turn, checks the answer (a wrong one continues the episode; numbers match
@@ -12,12 +14,16 @@ This file runs under the jail's system ``python3`` (3.11) and under the project'
 uses the standard library only and no syntax newer than 3.10.
 """
 
+import html
 import inspect
 import json
 import re
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)</function>", re.S)
+_PARAMETER = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.S)
+_JSON_CALL = re.compile(r'\{\s*"name"\s*:\s*"([\w.-]+)"\s*,\s*"arguments"\s*:', re.S)
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
 
 
@@ -72,6 +78,79 @@ def parse_tool_calls(action):
             continue
         calls.append((call["name"], args))
     return calls
+
+
+def _loads_or(text, default):
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return default
+
+
+def _native_call(block):
+    """One ``<tool_call>`` body as (name, arguments), or None when it names no function.
+
+    Tried in the authors' order (their ``spade/core/utils/tool_call_parser.py``): the XML format
+    (``<function=NAME><parameter=P>V</parameter></function>``, each value JSON when it parses, else its
+    text), then the JSON format (``{"name": ..., "arguments": {...}}``, ``arguments`` may be a JSON string
+    or be called ``parameters``). Arguments that are no JSON object become ``{}``: the call still runs.
+    """
+    function = _FUNCTION.search(block)
+    if function:
+        params = {}
+        for key, value in _PARAMETER.findall(function.group(2)):
+            params[key] = _loads_or(html.unescape(value.strip()), html.unescape(value.strip()))
+        return function.group(1), params
+    data = _loads_or(block.strip(), None)
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        args = data.get("arguments", data.get("parameters", {}))
+        args = _loads_or(args, {}) if isinstance(args, str) else args
+        return data["name"], args if isinstance(args, dict) else {}
+    named = _JSON_CALL.search(block)  # a name followed by arguments that are no JSON
+    return (named.group(1), {}) if named else None
+
+
+def parse_native_calls(action):
+    """Every tool call of a reply in the chat template's tool-call format, in order: (name, arguments).
+
+    A block that names no function is dropped; a reply that writes ``<tool_call>`` yet yields no call is
+    *malformed* (:func:`is_malformed_call`).
+
+    >>> parse_native_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    ...     '<tool_call><function=ls><parameter=path>/tmp</parameter></function></tool_call>'
+    ...     '<tool_call>{"name": "f", "arguments": {oops}}</tool_call><tool_call>hello</tool_call>')
+    [('add', {'a': 1}), ('ls', {'path': '/tmp'}), ('f', {})]
+    """
+    calls = []
+    for block in _TOOL_CALL.findall(action if isinstance(action, str) else ""):
+        call = _native_call(block)
+        if call is not None:
+            calls.append(call)
+    return calls
+
+
+def is_malformed_call(action, calls):
+    """The authors' malformed tool call (their orchestrator.py:923-928): the reply writes ``<tool_call>`` and
+    no call was parsed from it.
+
+    >>> is_malformed_call("<tool_call>oops</tool_call>", []), is_malformed_call("no tools", [])
+    (True, False)
+    """
+    return not calls and "<tool_call>" in (action if isinstance(action, str) else "")
+
+
+def run_tool(env, name, arguments):
+    """Run the tool ``name`` of ``env`` with ``arguments``: (its result as text, whether it ran). An unknown
+    tool, bad arguments or a tool that raises is feedback text for the agent, never an exception."""
+    tools = tool_methods(type(env))
+    if not isinstance(name, str) or name not in tools:
+        return "Unknown tool %s. Available: %s" % (_short_repr(name), ", ".join(tools)), False
+    try:
+        return str(getattr(env, "tool_" + name)(**(arguments if isinstance(arguments, dict) else {}))), True
+    except TypeError as exc:
+        return "error: bad arguments for %s: %s" % (name, exc), False
+    except Exception as exc:  # a failing tool is feedback to the agent, not a crash
+        return "error: %s: %s" % (type(exc).__name__, exc), False
 
 
 def parse_answer(action):
@@ -287,19 +366,15 @@ class ToolEnv:
 
     def _call(self, call):
         """Run one parsed tool call: (observation, reward)."""
-        name, args = call.get("name"), call.get("arguments", {})
-        if not isinstance(args, dict):
-            args = {}
-        tools = tool_methods(type(self))
-        if not isinstance(name, str) or name not in tools:
-            return "Unknown tool %s. Available: %s" % (_short_repr(name), ", ".join(tools)), 0.0
-        try:
-            out = str(getattr(self, "tool_" + name)(**args))
-        except TypeError as exc:
-            return "error: bad arguments for %s: %s" % (name, exc), 0.0
-        except Exception as exc:  # a failing tool is feedback to the agent, not a crash
-            return "error: %s: %s" % (type(exc).__name__, exc), 0.0
+        out, ran = run_tool(self, call.get("name"), call.get("arguments", {}))
+        if not ran:
+            return out, 0.0
         return out, 0.5 * min(max(float(self.progress()), 0.0), 1.0)
+
+    def execute_tool(self, name, arguments):
+        """Run one tool outside ``step`` (the native protocol: every call of a reply runs, no turn is
+        counted; the authors' ``execute_tool``): its result as text (:func:`run_tool`)."""
+        return run_tool(self, name, arguments)[0]
 
     def close(self):
         pass
