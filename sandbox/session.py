@@ -77,6 +77,11 @@ class EnvSession:
         """Run one tool of a tool-use environment outside ``step`` (no turn counted): ``data["output"]``."""
         return self.jail.call("call_tool", name=name, arguments=arguments)
 
+    def criteria_at_reset(self, seed: int | None) -> CallResult:
+        """Reset to ``seed`` and evaluate each instruction criterion there: ``data["errors"]``, one entry per
+        criterion, None or the error it raised."""
+        return self.jail.call("criteria_at_reset", seed=seed)
+
     def solution(self) -> CallResult:
         return self.jail.call("solution")
 

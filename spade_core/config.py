@@ -126,6 +126,13 @@ class DesignerConfig(_Section):
         "mutate: the designer rewrites one parent environment whole (in-band from the previous generation's "
         "memory, else the library) into a variant grounded in the document; the design row names its parent.",
     )
+    multiturn: bool = Field(
+        False,
+        description="Tool use: design multi-turn instruction environments (spade_env.InstructionEnv: a script of "
+        "3-5 user instructions, each with a criterion on the state, answered with 'done'; the multi-turn seeds of "
+        "data/seed_envs/multiturn/ as the prompt's example) [off; on in paper-tool-use, as the authors' "
+        "SPADE_MULTITURN_ENV_GEN].",
+    )
     parent_max_similarity: float = Field(
         0.9,
         gt=0,
@@ -199,6 +206,12 @@ class ValidationConfig(_Section):
         "full",
         description="'full' = the 8 jailed checks; 'smoke' = the authors' smoke test (load, reset(seed=42), 3 "
         "boxed test actions, rewards in [-10, 10], reset(seed=123)), still in the jail.",
+    )
+    reset_gate: bool = Field(
+        False,
+        description="The authors' reset gate (SPADE_RESET_GATE): after the checks, reset seeds 0, 1, 2 and evaluate "
+        "each instruction criterion there; a criterion that raises at every seed rejects the design "
+        "(contract_error). From the second generation on, as theirs [off; on in paper-tool-use].",
     )
     disabled_checks: list[str] = Field(
         default_factory=list, description="Checks of 'full' mode to skip, by name (VALIDATION_CHECKS)."

@@ -85,6 +85,29 @@ Report partial progress through `progress()`. The first observation states the t
 format, but neither the hidden data nor the answer.
 """.strip()
 
+# The authors' multi-turn tool-use framing (SPADE_MULTITURN_ENV_GEN, spade/core/prompts/tool_use_template.py:
+# 347-767, its six solvability rules at :440-496), in our words and on spade_env.InstructionEnv.
+MULTITURN_TOOL_ACTIONS = r"""
+Write a MULTI-TURN INSTRUCTION environment: a user gives the agent 3-5 instructions ONE AT A TIME, each a
+small task it carries out with the tools. Subclass `spade_env.InstructionEnv` (a ToolEnv) and in
+`reset(seed)` set:
+- `self.user_messages`: the 3-5 instructions in order; `reset` returns an observation that introduces the
+  tools and gives the first instruction;
+- `self.criteria`: one function per instruction that takes the environment and returns True once that
+  instruction is satisfied, judged on the state alone, e.g. `lambda env: env.cwd == "/home/docs"`.
+After every tool call the base class checks the current instruction and hands the agent the next one in
+the tool's result; once all are satisfied the agent submits <answer>done</answer> (reward 1).
+Solvability (an impossible instruction is fatal, a hard one is fine):
+- every value a criterion checks can be set by some tool with arguments the agent can know;
+- a hidden value the agent needs can be read with a tool before it is needed;
+- no criterion holds at reset, and each instruction needs 2+ tool calls;
+- instructions say WHAT to do, never which tool to call;
+- argument types match the schema (an `int` parameter gets a number).
+Give 3-8 tools, at least one that only reads the state, one whose parameter takes one of a few fixed
+values (name them in its docstring), and one the script never needs. `solution()` returns every tool call
+of the script in order, then <answer>done</answer>.
+""".strip()
+
 GROUNDING = """
 Grounding: playing the environment must require understanding a concept or technique from the document:
 if it describes an algorithm, the agent carries the algorithm out step by step; if it describes a system,
@@ -254,6 +277,7 @@ def design_messages(
     difficulty: str,
     positives: Sequence[MemoryExample] = (),
     negatives: Sequence[NegativeExample] = (),
+    multiturn_example: str | None = None,
 ) -> list[dict[str, str]]:
     """The chat prompt of one design (docs/DESIGN.md §7 step 3).
 
@@ -264,7 +288,9 @@ def design_messages(
     of the same skill with their code as the memory gives it (whole, or cut in the paper presets),
     negatives of the same skill by class name only (``spade/core/env_memory.py:125-151``), and last the
     reply format: the code block first, the summary after it. An example of another skill is an error:
-    the memory retrieves by skill.
+    the memory retrieves by skill. With ``multiturn_example`` (a multi-turn instruction module;
+    ``designer.multiturn``) a tool-use prompt asks for a multi-turn instruction environment and shows that
+    module whole after the contract's example.
     """
     kind = skill_kind(skill)
     _check_skill(positives, skill, "positive")
@@ -276,17 +302,22 @@ def design_messages(
             f"concept or technique from it.\n\n<document>\n{document.strip()}\n</document>\n\n{GROUNDING}"
         )
     parts.append(INTERACTIVE_SPEC)
-    parts.append(GAME_ACTIONS if kind == "game" else TOOL_ACTIONS)
+    multiturn = kind == "tool" and multiturn_example is not None
+    parts.append(GAME_ACTIONS if kind == "game" else MULTITURN_TOOL_ACTIONS if multiturn else TOOL_ACTIONS)
     rules, example = contract_sections()
     parts.append(f"Environment contract (its rules override anything above that disagrees):\n\n{rules}")
     parts.append(
         "A complete module that follows the contract (a game; it shows the interface only, not the "
         f"interactivity required above):\n\n```python\n{example}```"
     )
+    if multiturn and multiturn_example is not None:
+        parts.append(f"A complete multi-turn instruction environment:\n\n```python\n{multiturn_example.strip()}\n```")
     parts.append(ROBUSTNESS)
     kind_text = (
         "a GAME environment (actions are \\boxed{...} commands)"
         if kind == "game"
+        else "a MULTI-TURN INSTRUCTION environment (subclass spade_env.InstructionEnv; tools are tool_* methods)"
+        if multiturn
         else "a TOOL-USE environment (subclass spade_env.ToolEnv; tools are tool_* methods)"
     )
     steps = interaction_steps(difficulty)

@@ -10,7 +10,7 @@ Every step a full-mode check makes must give a reward in the contract's [-1, 1]
 (:data:`~spade_core.envs.contract.REWARD_RANGE`; ``contract_error`` otherwise); the jail itself passes any
 finite reward up to +-10, which the rollout engine clamps.
 
-Two switches (``validation`` in the config):
+Three switches (``validation`` in the config):
 
 - ``disabled_checks``: names from :data:`CHECK_NAMES` that are skipped. A skipped check is *not* recorded
   as passed: it is absent from ``checks`` and listed in ``skipped``, and the stored ``message`` ends with
@@ -29,8 +29,9 @@ Two switches (``validation`` in the config):
   ``error_type`` is the jail's verdict or ``contract_error``. The jail's own contract still applies on top
   (a ``solution`` method must exist, finite rewards within the host's +-10, 0/1 accepted as flags): the smoke test
   replaces our checks, not our loader. No solvability, triviality or determinism check runs, as in the
-  paper; the authors' tool-use reset gate and LLM validator are not reproduced. ``disabled_checks`` does not
-  apply in smoke mode (its names are still checked).
+  paper. ``disabled_checks`` does not apply in smoke mode (its names are still checked).
+- ``reset_gate``: the authors' tool-use reset gate (:func:`reset_gate`) runs after the checks of either
+  mode, recorded as ``checks["reset_gate"]``.
 """
 
 from __future__ import annotations
@@ -301,6 +302,31 @@ def smoke_reset_again(ctx: _Context) -> None:
 SMOKE_CHECKS: tuple[Callable[[_Context], None], ...] = (smoke_load, smoke_reset, smoke_steps, smoke_reset_again)
 SMOKE_CHECK_NAMES = tuple(fn.__name__ for fn in SMOKE_CHECKS)
 
+RESET_GATE_SEEDS = (0, 1, 2)
+
+
+def reset_gate(ctx: _Context) -> None:
+    """No instruction criterion raises at every seed: after ``reset(seed)`` for seeds 0, 1, 2 each criterion of
+    ``env.criteria`` is evaluated on the state, and a criterion that raised at every seed that reset rejects the
+    environment (the authors' ``criteria_throw_at_reset``, synthetic_game_env.py:487-534). A seed whose reset
+    raises is skipped; an environment without criteria passes, and so does a criterion that holds at reset."""
+    raised: dict[int, list[str]] = {}
+    reset_seeds = 0
+    for seed in RESET_GATE_SEEDS:
+        result = ctx.session.criteria_at_reset(seed)
+        if not result.ok and result.error_type == "exception":
+            continue
+        errors = _require(result, f"reset(seed={seed}) for the criteria")["errors"]
+        reset_seeds += 1
+        for i, error in enumerate(errors):
+            if error is not None:
+                raised.setdefault(i, []).append(str(error))
+    for i, errors in sorted(raised.items()):
+        if reset_seeds and len(errors) == reset_seeds:
+            raise CheckFailed(
+                "contract_error", f"criterion {i + 1} raises at every seed {RESET_GATE_SEEDS} after reset: {errors[0]}"
+            )
+
 
 def check_disabled_names(names: Sequence[str]) -> None:
     """Raise a one-line :class:`ConfigError` naming an unknown check in ``validation.disabled_checks``.
@@ -322,11 +348,12 @@ solution_reaches_goal, not_trivial
 
 def _plan(cfg: ValidationConfig) -> tuple[list[tuple[str, Callable[[_Context], None]]], list[str]]:
     """The checks to run, in order, and the disabled ones (none in smoke mode)."""
+    gate = [("reset_gate", reset_gate)] if cfg.reset_gate else []
     if cfg.mode == "smoke":
-        return list(zip(SMOKE_CHECK_NAMES, SMOKE_CHECKS, strict=True)), []
+        return [*zip(SMOKE_CHECK_NAMES, SMOKE_CHECKS, strict=True), *gate], []
     disabled = set(cfg.disabled_checks)
     run = [(name, fn) for name, fn in zip(CHECK_NAMES, CHECKS, strict=True) if name not in disabled]
-    return run, [name for name in CHECK_NAMES if name in disabled]
+    return [*run, *gate], [name for name in CHECK_NAMES if name in disabled]
 
 
 def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequence[int] = (0, 1)) -> ValidationResult:

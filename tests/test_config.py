@@ -212,6 +212,9 @@ PAPER_TOOL_USE = {
     # Native tool calls (orchestrator.py:786-1031), malformed ones masked (SPADE_MASK_MALFORMED_TOOLCALL=1).
     "rollout.tool_protocol": "native",
     "rollout.mask_malformed_tool_calls": True,
+    # SPADE_MULTITURN_ENV_GEN=1, SPADE_RESET_GATE=1 (_train_spade_blend.sh:270-273).
+    "designer.multiturn": True,
+    "validation.reset_gate": True,
 }
 
 
@@ -248,6 +251,7 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert not rules.game_max_turns and not rules.end_without_eos and rules.action == "reply", preset
         assert rules.context_margin_tokens is None and rules.step_error_return is None, preset
         assert rules.tool_protocol == "user_messages" and not rules.mask_malformed_tool_calls, preset
+        assert not cfg.designer.multiturn and not cfg.validation.reset_gate, preset
         assert not cfg.training.step_on_zero_signal, preset
 
 

@@ -49,6 +49,7 @@ def _repo_files(folder: str, pattern: str) -> list[str]:
     [
         ("data/configs", "*.yaml"),
         ("data/seed_envs", "*.py"),
+        ("data/seed_envs/multiturn", "*.py"),
         ("data/starter_envs", "*.py"),
         ("data/accelerate", "*.yaml"),
     ],

@@ -253,6 +253,20 @@ class Host:
         out = execute(name, arguments) if callable(execute) else spade_env.run_tool(env, name, arguments)[0]
         return {"ok": True, "output": check_obs(out, "execute_tool(%s)" % _short(name))}
 
+    def criteria_at_reset(self, seed=None):
+        """``reset(seed)``, then each instruction criterion (``env.criteria``, :class:`spade_env.InstructionEnv`)
+        evaluated on that state: per criterion None, or the error it raised (the authors' reset gate)."""
+        env = self._need_env()
+        self.reset(seed)
+        errors = []
+        for criterion in list(getattr(env, "criteria", None) or []):
+            try:
+                criterion(env)
+                errors.append(None)
+            except Exception as exc:
+                errors.append("%s: %s" % (type(exc).__name__, _short(str(exc), 200)))
+        return {"ok": True, "errors": errors}
+
     def solution(self):
         value = self._need_env().solution()
         if not isinstance(value, str):
@@ -271,6 +285,8 @@ def handle(host, request):
             return host.reset(request.get("seed"))
         if op == "step":
             return host.step(request.get("action", ""))
+        if op == "criteria_at_reset":
+            return host.criteria_at_reset(request.get("seed"))
         if op == "call_tool":
             return host.call_tool(request.get("name"), request.get("arguments"))
         if op == "solution":

@@ -5,6 +5,7 @@
 - :func:`parse_native_calls`, :func:`run_tool` — the native protocol: every call of a reply, in the chat
   template's JSON or XML format, and one tool run (``ToolEnv.execute_tool``; no turn is counted).
 - :func:`split_actions` — a reference solution split into the actions it is made of.
+- :class:`InstructionEnv` — a :class:`ToolEnv` that plays a script of user instructions, one after another.
 - :class:`ToolEnv` — base class for tool-use environments: parses ``<tool_call>`` / ``<answer>``,
   runs one tool call per turn, checks the answer (a wrong one continues the episode; numbers match
   within 0.01), scores a format error -0.1 and exposes OpenAI-format tool schemas. A subclass writes
@@ -295,10 +296,14 @@ class ToolEnv:
 
     def __init__(self, max_turns=12, **kwargs):
         self.max_turns = max_turns
+        self._clear_episode()
+        self.reset()
+
+    def _clear_episode(self):
+        """What every ``reset`` starts from, before the subclass's own ``reset`` runs."""
         self.turn_count = 0
         self.wrong_answers = 0
         self.expected_answer = None
-        self.reset()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -306,9 +311,7 @@ class ToolEnv:
         if user_reset is not None:
 
             def reset(self, seed=None, _user_reset=user_reset):
-                self.turn_count = 0
-                self.wrong_answers = 0
-                self.expected_answer = None
+                self._clear_episode()
                 return _user_reset(self, seed=seed)
 
             reset.__doc__ = user_reset.__doc__
@@ -327,6 +330,14 @@ class ToolEnv:
     def progress(self):
         """Partial progress in [0, 1]; half of it is the reward of a tool-call turn."""
         return 0.0
+
+    def incorrect_feedback(self):
+        """The observation after a wrong answer that leaves the episode going."""
+        return INCORRECT
+
+    def after_tool(self):
+        """Text appended to every tool result (both protocols); nothing here."""
+        return ""
 
     # -- the contract --------------------------------------------------------------------------------
     @classmethod
@@ -362,11 +373,12 @@ class ToolEnv:
             return "Incorrect. No answers left.", 0.0, True, False, {"solved": False}
         if last:
             return "Incorrect. Time is up.", 0.0, False, True, {"solved": False}
-        return INCORRECT, 0.0, False, False, {"solved": False}
+        return self.incorrect_feedback(), 0.0, False, False, {"solved": False}
 
     def _call(self, call):
         """Run one parsed tool call: (observation, reward)."""
         out, ran = run_tool(self, call.get("name"), call.get("arguments", {}))
+        out += self.after_tool()
         if not ran:
             return out, 0.0
         return out, 0.5 * min(max(float(self.progress()), 0.0), 1.0)
@@ -374,10 +386,81 @@ class ToolEnv:
     def execute_tool(self, name, arguments):
         """Run one tool outside ``step`` (the native protocol: every call of a reply runs, no turn is
         counted; the authors' ``execute_tool``): its result as text (:func:`run_tool`)."""
-        return run_tool(self, name, arguments)[0]
+        return run_tool(self, name, arguments)[0] + self.after_tool()
 
     def close(self):
         pass
+
+
+ALL_DONE = "done"  # the answer that completes a multi-turn instruction episode
+
+
+class InstructionEnv(ToolEnv):
+    """A multi-turn instruction environment: a script of user instructions, each satisfied through the tools
+    (the authors' SPADE_MULTITURN_ENV_GEN environments, their ``prompts/tool_use_template.py:347-767``).
+
+    ``reset(seed)`` sets ``self.user_messages`` (3-5 instructions; the observation it returns is the first)
+    and ``self.criteria``, one callable per instruction that takes the environment and says whether that
+    instruction is satisfied (``lambda env: env.cwd == "/docs"``). After every tool call the current
+    instruction's criterion is checked, once: when it holds, the next instruction is appended to the tool's
+    result (``[STEP n COMPLETE - NEW INSTRUCTION] ...``), after the last one ``[ALL STEPS COMPLETE] Submit
+    <answer>done</answer>.``. A criterion that raises counts as not satisfied. Only ``done`` with every step
+    complete is right (reward 1); an earlier ``done`` is told which step is still open. ``progress()`` is the
+    share of steps complete. ``solution()`` returns the tool calls of every step, then ``<answer>done</answer>``.
+    """
+
+    def _clear_episode(self):
+        super()._clear_episode()
+        self.user_messages = []
+        self.criteria = []
+        self.current_msg = 0
+
+    def _satisfied(self, index):
+        try:
+            return bool(self.criteria[index](self))
+        except Exception:
+            return False
+
+    def after_tool(self):
+        """Advance past the current instruction if its criterion now holds (the authors' ``_advance_if_done``)."""
+        total = len(self.user_messages)
+        if self.current_msg >= total or self.current_msg >= len(self.criteria):
+            return ""
+        if not self._satisfied(self.current_msg):
+            return ""
+        self.current_msg += 1
+        if self.current_msg < total:
+            return "\n\n[STEP %d COMPLETE - NEW INSTRUCTION] %s" % (
+                self.current_msg,
+                self.user_messages[self.current_msg],
+            )
+        return "\n\n[ALL STEPS COMPLETE] Submit <answer>%s</answer>." % ALL_DONE
+
+    @property
+    def all_complete(self):
+        return bool(self.user_messages) and self.current_msg >= len(self.user_messages)
+
+    def check_answer(self, answer):
+        return answers_match(answer, ALL_DONE) and self.all_complete
+
+    def progress(self):
+        return self.current_msg / len(self.user_messages) if self.user_messages else 0.0
+
+    def incorrect_feedback(self):
+        """Name the step still open, so the agent acts on it instead of repeating "done" (the authors'
+        ``_incorrect_answer_feedback``)."""
+        if self.current_msg < len(self.user_messages):
+            return (
+                '%s Not all steps are complete: you are still on step %d/%d: "%s" '
+                "Complete it with the tools before submitting <answer>%s</answer>."
+            ) % (
+                INCORRECT,
+                self.current_msg + 1,
+                len(self.user_messages),
+                self.user_messages[self.current_msg],
+                ALL_DONE,
+            )
+        return INCORRECT
 
 
 def _short_repr(value, limit=60):

@@ -4,6 +4,8 @@ package (``spade_core.resources``).
 
 The starter environments in ``data/starter_envs/`` follow the same contract and naming; they are easy enough
 that the embedded 135M model wins some plays from the start (``rollout.starter_envs``, docs/DESIGN.md §7).
+The multi-turn instruction seeds in ``data/seed_envs/multiturn/`` (tool use, ``spade_env.InstructionEnv``)
+are the designer's example with ``designer.multiturn``; they are not part of the 12-environment library.
 
 File names are ``{skill}__{name}.py``; the skill key is one of ``config.GAME_SKILLS + config.TOOL_SKILLS``.
 """
@@ -18,6 +20,7 @@ from spade_core.envs.contract import env_id_for
 from spade_core.resources import data_dir
 
 SEED_DIR = data_dir("seed_envs")
+MULTITURN_SEED_DIR = SEED_DIR / "multiturn"  # multi-turn instruction environments (spade_env.InstructionEnv)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,18 @@ def load_seed_envs(directory: Path = SEED_DIR) -> list[SeedEnv]:
             raise ValueError(f"seed env {path.name}: {exc}") from None
         envs.append(SeedEnv(name=name, skill=skill, kind=kind, path=path, code=path.read_text()))
     return envs
+
+
+def load_multiturn_envs() -> list[SeedEnv]:
+    """The multi-turn instruction seeds (``designer.multiturn``), sorted by file name."""
+    return load_seed_envs(MULTITURN_SEED_DIR)
+
+
+def multiturn_example(skill: str) -> str:
+    """The code of the multi-turn seed of ``skill``, else of the first multi-turn seed: the designer's example
+    with ``designer.multiturn``."""
+    envs = load_multiturn_envs()
+    return next((e for e in envs if e.skill == skill), envs[0]).code
 
 
 def load_starter_envs(limit: int | None = None) -> list[SeedEnv]:

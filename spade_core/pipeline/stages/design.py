@@ -24,6 +24,7 @@ from spade_core.design import (
     truncate_document,
 )
 from spade_core.envs.contract import env_id_for
+from spade_core.envs.seeds import multiturn_example
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
 from spade_core.mutation import choose_parent, without_docstring
@@ -74,7 +75,9 @@ def prompt_from_text(
         return Prompt(doc_id, skill, messages, parent.env_id)
     positives = memory.positives(skill, cfg.designer.memory_positive, rng)
     negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
-    return Prompt(doc_id, skill, design_messages(text, skill, cfg.designer.difficulty, positives, negatives))
+    example = multiturn_example(skill) if cfg.designer.multiturn else None
+    messages = design_messages(text, skill, cfg.designer.difficulty, positives, negatives, example)
+    return Prompt(doc_id, skill, messages)
 
 
 def sampling(ctx: GenerationContext, seed: int) -> SamplingParams:

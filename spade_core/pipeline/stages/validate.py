@@ -33,7 +33,10 @@ NAME = "validate"
 def validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[str, Any]]:
     """One ``validations`` row per design row (a reply without code is a ``syntax_error``)."""
     with_code = designs[designs["code"].notna()]
-    results = validate_many(list(with_code["code"]), ctx.cfg.validation)
+    cfg = ctx.cfg.validation
+    if ctx.gen == 1:  # the authors gate from the second pool on (rollout_id > 0, orchestrator.py:1139-1153)
+        cfg = cfg.model_copy(update={"reset_gate": False})
+    results = validate_many(list(with_code["code"]), cfg)
     by_index = {i: r.as_row() for i, r in zip(with_code.index, results, strict=True)}
     rows = []
     for i, d in designs.iterrows():
