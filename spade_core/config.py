@@ -213,6 +213,18 @@ class ValidationConfig(_Section):
         "each instruction criterion there; a criterion that raises at every seed rejects the design "
         "(contract_error). From the second generation on, as theirs [off; on in paper-tool-use].",
     )
+    llm_validator: bool = Field(
+        False,
+        description="The authors' LLM validator (--spade-use-env-validator): the training model judges each tool-use "
+        "design that passed the checks for solvability; a \\boxed{no} rejects it (unsolvable). Verdict and "
+        "reasoning are stored in validations.llm_verdict / llm_reason [off; on in paper-tool-use].",
+    )
+    llm_validator_temperature: float = Field(
+        0.3, ge=0.0, le=2.0, description="Sampling temperature of the LLM validator [0.3, as the authors]."
+    )
+    llm_validator_max_new_tokens: int = Field(
+        16384, gt=0, description="Token budget of one LLM-validator judgement [16384, as the authors]."
+    )
     disabled_checks: list[str] = Field(
         default_factory=list, description="Checks of 'full' mode to skip, by name (VALIDATION_CHECKS)."
     )

@@ -68,6 +68,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("message", _str, True),
             _f("checks", pa.map_(_str, pa.bool_())),
             _f("seconds", pa.float64()),
+            # validation.llm_validator: the judge's verdict ('yes', 'no', 'none': no \boxed{} in its reply, 'error':
+            # the model call failed; only 'no' rejects) and its reasoning, cut; null where it did not judge.
+            _f("llm_verdict", _str, True),
+            _f("llm_reason", _str, True),
         ]
     ),
     # The novelty stage's verdicts on valid designs (memory.novelty_threshold); it never rewrites validations.
@@ -241,6 +245,7 @@ TABLES: tuple[str, ...] = tuple(SCHEMAS)
 ADDED_COLUMNS: dict[str, frozenset[str]] = {
     "designs": frozenset({"repairs", "unrepaired_env_id", "parent_env_id"}),
     "novelty": frozenset({"check"}),
+    "validations": frozenset({"llm_verdict", "llm_reason"}),
 }
 
 

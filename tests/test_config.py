@@ -215,6 +215,10 @@ PAPER_TOOL_USE = {
     # SPADE_MULTITURN_ENV_GEN=1, SPADE_RESET_GATE=1 (_train_spade_blend.sh:270-273).
     "designer.multiturn": True,
     "validation.reset_gate": True,
+    # --spade-use-env-validator with its defaults: the training model, temperature 0.3, 16384 tokens.
+    "validation.llm_validator": True,
+    "validation.llm_validator_temperature": 0.3,
+    "validation.llm_validator_max_new_tokens": 16384,
 }
 
 
@@ -252,6 +256,7 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert rules.context_margin_tokens is None and rules.step_error_return is None, preset
         assert rules.tool_protocol == "user_messages" and not rules.mask_malformed_tool_calls, preset
         assert not cfg.designer.multiturn and not cfg.validation.reset_gate, preset
+        assert not cfg.validation.llm_validator, preset
         assert not cfg.training.step_on_zero_signal, preset
 
 

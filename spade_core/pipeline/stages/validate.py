@@ -8,7 +8,10 @@ file ``designs/validate-{k}``), its document a ``documents`` row (file ``documen
 ``validations`` row, so nothing the design stage wrote is ever rewritten. The verdict of a design is the
 one of its highest attempt (:func:`spade_core.verdicts.final_designs`); failed attempts are never
 trained on. Every attempt's code was repaired before it is validated here (``validation.code_repairs``;
-the ``repairs`` column of its design row says which repairs changed it).
+the ``repairs`` column of its design row says which repairs changed it). With ``validation.llm_validator``
+the stage's model then judges every tool-use design that passed (:mod:`spade_core.llm_validator`); its
+verdict and reasoning go into the validation row, and a ``no`` makes the attempt ``unsolvable``, retried as
+any failed attempt. ``validation.reset_gate`` is off in generation 1, as the authors'.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from spade_core.corpus import sample_documents
 from spade_core.design import design_row, repair_messages
 from spade_core.hashing import short_hash
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
+from spade_core.llm_validator import judge
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_repairs
 from spade_core.validate import validate_many
@@ -30,14 +34,20 @@ from spade_core.validate import validate_many
 NAME = "validate"
 
 
-def validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[str, Any]]:
-    """One ``validations`` row per design row (a reply without code is a ``syntax_error``)."""
+def validation_rows(
+    ctx: GenerationContext, designs: pd.DataFrame, generator: Generator | None = None
+) -> list[dict[str, Any]]:
+    """One ``validations`` row per design row (a reply without code is a ``syntax_error``); with
+    ``validation.llm_validator`` and a ``generator``, the tool-use designs that passed are judged too."""
     with_code = designs[designs["code"].notna()]
     cfg = ctx.cfg.validation
     if ctx.gen == 1:  # the authors gate from the second pool on (rollout_id > 0, orchestrator.py:1139-1153)
         cfg = cfg.model_copy(update={"reset_gate": False})
     results = validate_many(list(with_code["code"]), cfg)
     by_index = {i: r.as_row() for i, r in zip(with_code.index, results, strict=True)}
+    if cfg.llm_validator and generator is not None:
+        judged = [i for i, r in zip(with_code.index, results, strict=True) if r.ok and r.kind == "tool"]
+        judge_designs(ctx, [by_index[i] for i in judged], [str(designs.at[i, "code"]) for i in judged], generator)
     rows = []
     for i, d in designs.iterrows():
         row = by_index.get(i) or {
@@ -50,6 +60,24 @@ def validation_rows(ctx: GenerationContext, designs: pd.DataFrame) -> list[dict[
         }
         rows.append({"design_id": d["design_id"], "attempt": int(d["attempt"]), **row})
     return rows
+
+
+def judge_designs(ctx: GenerationContext, rows: list[dict[str, Any]], codes: list[str], generator: Generator) -> None:
+    """The LLM validator on designs that passed (:mod:`spade_core.llm_validator`), in place on their
+    validation ``rows``: the verdict and reasoning, and a ``no`` turns the row into an ``unsolvable``."""
+    cfg = ctx.cfg.validation
+    params = SamplingParams.from_config(
+        ctx.cfg.model,
+        temperature=cfg.llm_validator_temperature,
+        max_new_tokens=cfg.llm_validator_max_new_tokens,
+        seed=ctx.seed,
+    )
+    for row, judgement in zip(rows, judge(generator, codes, params), strict=True):
+        row["llm_verdict"], row["llm_reason"] = judgement.verdict, judgement.reason
+        row["checks"] = {**row["checks"], "llm_validator": judgement.keep}
+        if not judgement.keep:
+            last_line = judgement.reason.strip().splitlines()[-1][:300] if judgement.reason.strip() else ""
+            row.update(ok=False, error_type="unsolvable", message=f"llm_validator: judged impossible: {last_line}")
 
 
 def _repair(
@@ -121,7 +149,7 @@ def validate_with_retries(
     """Validate ``designs``, retry the failed ones (repairs, then fresh designs; ``shard`` seeds their
     documents) until valid or out of ``designer.max_attempts``. Returns (the retried design rows, every
     validation row, the retries' fresh documents); writes nothing."""
-    rows = validation_rows(ctx, designs)
+    rows = validation_rows(ctx, designs, generator)
     current = designs.reset_index(drop=True).to_dict("records")  # the newest attempt of each design
     latest = list(rows)  # the newest verdict of each design in ``current``
     retried: list[pd.DataFrame] = []
@@ -137,7 +165,7 @@ def validate_with_retries(
         else:
             fixes, docs = _redesign(ctx, todo, generator, shard, attempt)
             documents.append(docs)
-        verdicts = validation_rows(ctx, fixes)  # only the retried designs are validated again
+        verdicts = validation_rows(ctx, fixes, generator)  # only the retried designs are validated again
         retried.append(fixes)
         rows += verdicts
         for i, fix, verdict in zip(failed, fixes.to_dict("records"), verdicts, strict=True):
