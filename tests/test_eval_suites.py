@@ -36,7 +36,7 @@ def small_suites() -> list[Suite]:
 
 
 def test_registry_names_every_suite_once() -> None:
-    assert SUITE_NAMES == ("reasoning_gym", "humaneval", "bfcl")
+    assert SUITE_NAMES == ("reasoning_gym", "humaneval", "bfcl", "bfcl_multi_turn")
     for name, cls in SUITES.items():
         assert cls.name == name and isinstance(get_suite(name), cls)
 

@@ -2,7 +2,8 @@
 
 - ``reasoning_gym``: math, logic and algorithmic problems (reasoning-gym), fixed held-out seed;
 - ``humaneval``: HumanEval completions run with their tests in the jail;
-- ``bfcl``: BFCL simple / parallel / irrelevance calls and the multi-turn base set, BFCL's own checkers.
+- ``bfcl``: BFCL simple / parallel / irrelevance calls and the multi-turn base set, BFCL's own checkers;
+- ``bfcl_multi_turn``: BFCL's multi-turn base, miss_func, miss_param and long_context sets.
 
 One explicit registry, :data:`SUITES`; each suite is one module. Entry points: :func:`evaluate` (any
 generator), :func:`evaluate_checkpoint` (a stored run's checkpoint, writes ``evals``), :func:`summarize`.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spade_core.eval.base import EvalItem, Suite, UnknownSuiteError
-from spade_core.eval.bfcl import BFCLSuite
+from spade_core.eval.bfcl import BFCLMultiTurnSuite, BFCLSuite
 from spade_core.eval.humaneval import HumanEvalSuite
 from spade_core.eval.reasoning_gym_suite import ReasoningGymSuite
 
@@ -22,6 +23,7 @@ SUITES: dict[str, type[Suite]] = {
     "reasoning_gym": ReasoningGymSuite,
     "humaneval": HumanEvalSuite,
     "bfcl": BFCLSuite,
+    "bfcl_multi_turn": BFCLMultiTurnSuite,
 }
 SUITE_NAMES: tuple[str, ...] = tuple(SUITES)
 
@@ -47,6 +49,7 @@ from spade_core.eval.runner import evaluate, evaluate_checkpoint, summarize  # n
 __all__ = [
     "SUITES",
     "SUITE_NAMES",
+    "BFCLMultiTurnSuite",
     "BFCLSuite",
     "EvalItem",
     "HumanEvalSuite",

@@ -1,7 +1,11 @@
 """BFCL (Berkeley Function-Calling Leaderboard, ``bfcl-eval`` data, v4): single calls ("simple", Python),
-"parallel" calls, "irrelevance" (no function fits: the right answer is no call) and the multi-turn base set,
-each checked with BFCL's own checker. The prompt is BFCL's default prompting-model system prompt
-(``ret_fmt=python``, function docs as JSON; compact JSON here, which only drops whitespace).
+"parallel" calls, "irrelevance" (no function fits: the right answer is no call) and the multi-turn sets,
+each checked with BFCL's own checker. Suite ``bfcl`` runs the first three and the multi-turn base set;
+suite ``bfcl_multi_turn`` the four multi-turn categories the paper reports: base, miss_func (functions held
+out until a later turn reveals them, as BFCL's inference loop does), miss_param (a parameter the user has
+not given: the agent should ask for it) and long_context (BFCL's executor fills the environment with long
+content). The prompt is BFCL's default prompting-model system prompt (``ret_fmt=python``, function docs as
+JSON; compact JSON here, which only drops whitespace).
 
 Single-turn categories: the reply is decoded by :mod:`spade_core.eval.bfcl_calls` (``ast``, literals only)
 and BFCL's ``ast_checker`` compares the calls with the possible answers on the host. Nothing runs.
@@ -45,8 +49,15 @@ CATEGORIES: dict[str, str] = {
     "parallel": "BFCL_v4_parallel.json",
     "irrelevance": "BFCL_v4_irrelevance.json",
     "multi_turn_base": "BFCL_v4_multi_turn_base.json",
+    "multi_turn_miss_func": "BFCL_v4_multi_turn_miss_func.json",
+    "multi_turn_miss_param": "BFCL_v4_multi_turn_miss_param.json",
+    "multi_turn_long_context": "BFCL_v4_multi_turn_long_context.json",
 }
+DEFAULT_CATEGORIES = ("simple", "parallel", "irrelevance", "multi_turn_base")  # suite "bfcl"
+# suite "bfcl_multi_turn": the multi-turn categories the paper reports (their gem_eval_bfcl_only.yaml)
+MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 PYTHON_HINT = " Note that the provided function is in Python 3 syntax."  # BFCL's language hint
+
 MAX_RESULT_CHARS = 2000
 DRIVER = Path(__file__).with_name("bfcl_driver.py")
 BATCH_LIMITS = JailLimits(memory_mb=1024, max_pids=8, time_limit_s=60, cpu_seconds=60, tmpfs_mb=8)
@@ -119,8 +130,10 @@ class BFCLSuite(Suite):
 
     name = "bfcl"
     max_new_tokens = 256
+    default_categories: tuple[str, ...] = DEFAULT_CATEGORIES
 
-    def __init__(self, categories: Sequence[str] = tuple(CATEGORIES), max_steps_per_turn: int = 10) -> None:
+    def __init__(self, categories: Sequence[str] | None = None, max_steps_per_turn: int = 10) -> None:
+        categories = self.default_categories if categories is None else categories
         unknown = [c for c in categories if c not in CATEGORIES]
         if unknown:
             raise ValueError(f"unknown BFCL categories {unknown}; allowed: {', '.join(CATEGORIES)}")
@@ -153,7 +166,18 @@ class BFCLSuite(Suite):
         functions = copy.deepcopy(_multi_turn_functions(entry["involved_classes"]) if multi_turn else entry["function"])
         for function in functions:
             function["description"] = function.get("description", "") + PYTHON_HINT
-        turns: list[list[Message]] = entry["question"]
+        turns: list[list[Message]] = [list(turn) for turn in entry["question"]]
+        held_out = entry.get("missed_function") or {}
+        if held_out:  # miss_func: BFCL's populate_test_cases_with_predefined_functions and inference loop
+            from bfcl_eval.constants.default_prompts import (
+                DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING as reveal,
+            )
+
+            missing = {name for names in held_out.values() for name in names}
+            revealed = {int(t): [f for f in functions if f["name"] in names] for t, names in held_out.items()}
+            functions = [f for f in functions if f["name"] not in missing]
+            for turn, docs in revealed.items():
+                turns[turn] = [{"role": "user", "content": reveal.format(functions=docs)}]
         data: dict[str, Any] = {"category": category, "bfcl_id": entry["id"], "functions": functions}
         if multi_turn:
             data["entry"] = {k: entry[k] for k in ("id", "initial_config", "involved_classes")}
@@ -323,3 +347,10 @@ class BFCLSuite(Suite):
                     kwargs.update({names[j]: ast.literal_eval(a) for j, a in enumerate(node.args)})
                     break
         return Call(node.func.id, kwargs)
+
+
+class BFCLMultiTurnSuite(BFCLSuite):
+    """The four BFCL multi-turn categories the paper reports (their ``gem_eval_bfcl_only.yaml:11-28``)."""
+
+    name = "bfcl_multi_turn"
+    default_categories = MULTI_TURN_CATEGORIES

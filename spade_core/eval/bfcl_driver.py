@@ -21,6 +21,11 @@ import sys
 PACKAGES = "/pkgs"  # where the host binds bfcl_eval and mpmath, read-only
 
 
+def _category(entry):
+    """BFCL's test category of an entry: its id without the number (``multi_turn_long_context_7``)."""
+    return entry["id"].rsplit("_", 1)[0]
+
+
 def _execute(job, name):
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
@@ -32,7 +37,7 @@ def _execute(job, name):
             involved_classes=entry["involved_classes"],
             model_name=name,
             test_entry_id=entry["id"],
-            long_context=False,
+            long_context="long_context" in _category(entry),
             is_evaL_run=False,
         )
     return [str(r) for r in results]
@@ -41,7 +46,7 @@ def _execute(job, name):
 def _check(job, name):
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
-    result = multi_turn_checker(job["decoded"], job["ground_truth"], job["entry"], "multi_turn_base", name)
+    result = multi_turn_checker(job["decoded"], job["ground_truth"], job["entry"], _category(job["entry"]), name)
     return {
         "valid": bool(result.get("valid")),
         "error_type": result.get("error_type"),
