@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import re
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, skill_kind
@@ -107,6 +109,56 @@ Give 3-8 tools, at least one that only reads the state, one whose parameter take
 values (name them in its docstring), and one the script never needs. `solution()` returns every tool call
 of the script in order, then <answer>done</answer>.
 """.strip()
+
+# The authors rotate a real-world domain and a task variant per multi-turn design prompt
+# (tool_use_template.py:643-701: 10 domains; execute x3, read_then_write x2, miss_param x1, irrelevant x1).
+TOOL_DOMAINS = (
+    "retail order management (orders, items, refunds, shipping)",
+    "flight and hotel booking (search, reserve, pay, cancel)",
+    "telecom account management (plans, lines, billing, data add-ons)",
+    "personal banking and payments (accounts, transfers, cards, invoices)",
+    "a calendar and reminders assistant (events, invites, reminders)",
+    "a file system (files, folders, move, copy, search)",
+    "an e-commerce shopping cart (catalog, cart, checkout, coupons)",
+    "customer-support tickets (tickets, status, assignment, notes)",
+    "smart-home device control (lights, thermostat, locks, scenes)",
+    "a project and task tracker (tasks, assignees, status, due dates)",
+)
+TASK_VARIANTS = {
+    "execute": "The user gives plain instructions; the agent calls the right tools in order, and each criterion "
+    "checks the state they leave.",
+    "read_then_write": "At least one instruction makes the agent first read the state with a tool, pick what a "
+    "condition selects (every order over $100, each line past its data cap), then change exactly those; its "
+    "criterion checks the state those changes leave, not that a tool was called.",
+    "miss_param": "At least one instruction refers to a value the user does not state (cancel my latest order, "
+    "with no order id); the agent must find it with a read tool first, and the write tool refuses a wrong or "
+    "guessed value, so a made-up argument cannot satisfy the criterion.",
+    "irrelevant": "Exactly one instruction asks for something no domain tool can do (the weather, in a shop). Add "
+    "a tool decline_request(reason: str) that records the refusal; that instruction's criterion holds only once "
+    "decline_request was called, and no other tool could plausibly do it.",
+}
+TASK_ROTATION = ("execute",) * 3 + ("read_then_write",) * 2 + ("miss_param", "irrelevant")
+
+
+@dataclass(frozen=True)
+class MultiTurnBrief:
+    """What a multi-turn instruction design is asked for (``designer.multiturn``): the example module shown
+    whole, the real-world domain and the task variant (:func:`multiturn_brief` draws the last two)."""
+
+    example: str
+    domain: str
+    task: str
+
+
+def multiturn_brief(example: str, rng: random.Random) -> MultiTurnBrief:
+    """A domain and a task variant drawn as the authors rotate them, per prompt.
+
+    >>> brief = multiturn_brief("class E: ...", random.Random(0))
+    >>> brief.domain in TOOL_DOMAINS and brief.task in TASK_VARIANTS
+    True
+    """
+    return MultiTurnBrief(example, rng.choice(TOOL_DOMAINS), rng.choice(TASK_ROTATION))
+
 
 GROUNDING = """
 Grounding: playing the environment must require understanding a concept or technique from the document:
@@ -277,7 +329,7 @@ def design_messages(
     difficulty: str,
     positives: Sequence[MemoryExample] = (),
     negatives: Sequence[NegativeExample] = (),
-    multiturn_example: str | None = None,
+    multiturn: MultiTurnBrief | None = None,
 ) -> list[dict[str, str]]:
     """The chat prompt of one design (docs/DESIGN.md §7 step 3).
 
@@ -288,36 +340,51 @@ def design_messages(
     of the same skill with their code as the memory gives it (whole, or cut in the paper presets),
     negatives of the same skill by class name only (``spade/core/env_memory.py:125-151``), and last the
     reply format: the code block first, the summary after it. An example of another skill is an error:
-    the memory retrieves by skill. With ``multiturn_example`` (a multi-turn instruction module;
-    ``designer.multiturn``) a tool-use prompt asks for a multi-turn instruction environment and shows that
-    module whole after the contract's example.
+    the memory retrieves by skill. With ``multiturn`` (``designer.multiturn``) a tool-use prompt asks, as the
+    authors' multi-turn template, for a multi-turn instruction environment in the brief's domain and task
+    variant, the document only as optional flavour, and shows the brief's example module whole after the
+    contract's example.
     """
     kind = skill_kind(skill)
     _check_skill(positives, skill, "positive")
     _check_skill(negatives, skill, "negative")
+    brief = multiturn if kind == "tool" else None
     parts = []
-    if document:
+    if brief is not None:
+        parts.append(MULTITURN_TOOL_ACTIONS)
         parts.append(
-            "Here is a reference document. Create an interactive, multi-turn environment grounded in a "
-            f"concept or technique from it.\n\n<document>\n{document.strip()}\n</document>\n\n{GROUNDING}"
+            f"Domain: {brief.domain}. Build the tools, the state and the user's goal for this domain: a real user "
+            f"getting something done (search, book, order, update, cancel, schedule), not an exam.\n"
+            f"Task variant: {brief.task}. {TASK_VARIANTS[brief.task]}"
         )
-    parts.append(INTERACTIVE_SPEC)
-    multiturn = kind == "tool" and multiturn_example is not None
-    parts.append(GAME_ACTIONS if kind == "game" else MULTITURN_TOOL_ACTIONS if multiturn else TOOL_ACTIONS)
+        if document:
+            parts.append(
+                "Optional flavour: you may borrow names, numbers or entities from this snippet, but the domain "
+                "above is fixed; never refer to the snippet in the instructions.\n\n"
+                f"<document>\n{document.strip()}\n</document>"
+            )
+    else:
+        if document:
+            parts.append(
+                "Here is a reference document. Create an interactive, multi-turn environment grounded in a "
+                f"concept or technique from it.\n\n<document>\n{document.strip()}\n</document>\n\n{GROUNDING}"
+            )
+        parts.append(INTERACTIVE_SPEC)
+        parts.append(GAME_ACTIONS if kind == "game" else TOOL_ACTIONS)
     rules, example = contract_sections()
     parts.append(f"Environment contract (its rules override anything above that disagrees):\n\n{rules}")
     parts.append(
         "A complete module that follows the contract (a game; it shows the interface only, not the "
         f"interactivity required above):\n\n```python\n{example}```"
     )
-    if multiturn and multiturn_example is not None:
-        parts.append(f"A complete multi-turn instruction environment:\n\n```python\n{multiturn_example.strip()}\n```")
+    if brief is not None:
+        parts.append(f"A complete multi-turn instruction environment:\n\n```python\n{brief.example.strip()}\n```")
     parts.append(ROBUSTNESS)
     kind_text = (
         "a GAME environment (actions are \\boxed{...} commands)"
         if kind == "game"
         else "a MULTI-TURN INSTRUCTION environment (subclass spade_env.InstructionEnv; tools are tool_* methods)"
-        if multiturn
+        if brief is not None
         else "a TOOL-USE environment (subclass spade_env.ToolEnv; tools are tool_* methods)"
     )
     steps = interaction_steps(difficulty)

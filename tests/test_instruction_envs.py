@@ -11,7 +11,7 @@ from agents import Scripted
 
 from sandbox.session import EnvSession
 from spade_core.config import RolloutConfig, ValidationConfig, load_config
-from spade_core.design import MULTITURN_TOOL_ACTIONS, TOOL_ACTIONS
+from spade_core.design import MULTITURN_TOOL_ACTIONS, TASK_VARIANTS, TOOL_ACTIONS, TOOL_DOMAINS
 from spade_core.envs.contract import env_id_for, split_actions
 from spade_core.envs.seeds import load_multiturn_envs, load_seed_envs
 from spade_core.llm.base import SamplingParams
@@ -150,16 +150,29 @@ def test_the_reset_gate_keeps_criteria_that_raise_at_some_seeds_and_envs_without
     assert validate_code(plain.code, smoke).checks["reset_gate"] is True
 
 
-def test_the_multiturn_design_prompt_shows_the_framing_and_a_seed_of_the_skill() -> None:
+def test_the_multiturn_design_prompt_shows_the_framing_a_domain_a_task_variant_and_a_seed() -> None:
     cfg = load_config("tiny", overrides=["designer.multiturn=true"])
-    prompt = prompt_from_text(cfg, "data_retrieval", None, None, Memory(), random.Random(0))
+    doc = "The Hanseatic League traded salt and herring."
+    prompt = prompt_from_text(cfg, "data_retrieval", "d1", doc, Memory(), random.Random(0))
     text = prompt.messages[-1]["content"]
     seed = next(e for e in MULTITURN if e.skill == "data_retrieval")
     assert MULTITURN_TOOL_ACTIONS in text and TOOL_ACTIONS not in text and seed.code.strip() in text
     assert "MULTI-TURN INSTRUCTION environment (subclass spade_env.InstructionEnv" in text
+    assert "Optional flavour" in text and doc in text and "grounded in a concept" not in text
+    briefs = {
+        (domain, task)
+        for i in range(40)
+        for text in [
+            prompt_from_text(cfg, "data_retrieval", None, None, Memory(), random.Random(i)).messages[-1]["content"]
+        ]
+        for domain in TOOL_DOMAINS
+        for task in TASK_VARIANTS
+        if f"Domain: {domain}." in text and f"Task variant: {task}. {TASK_VARIANTS[task]}" in text
+    }
+    assert len(briefs) >= 10 and {t for _, t in briefs} == set(TASK_VARIANTS)  # rotated per prompt
     other = prompt_from_text(cfg, "api_orchestration", None, None, Memory(), random.Random(0)).messages[-1]["content"]
     assert MULTITURN[0].code.strip() in other  # no seed of that skill: the first one
-    game = prompt_from_text(cfg, "optimization", None, None, Memory(), random.Random(0)).messages[-1]["content"]
-    assert MULTITURN_TOOL_ACTIONS not in game and "InstructionEnv" not in game
+    game = prompt_from_text(cfg, "optimization", None, doc, Memory(), random.Random(0)).messages[-1]["content"]
+    assert MULTITURN_TOOL_ACTIONS not in game and "InstructionEnv" not in game and "grounded in a concept" in game
     plain = prompt_from_text(load_config("tiny"), "data_retrieval", None, None, Memory(), random.Random(0))
     assert TOOL_ACTIONS in plain.messages[-1]["content"] and "InstructionEnv" not in plain.messages[-1]["content"]

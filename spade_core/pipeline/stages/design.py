@@ -18,6 +18,7 @@ from spade_core.design import (
     design_id_for,
     design_messages,
     design_row,
+    multiturn_brief,
     mutation_messages,
     skill_kind,
     skills_for_generation,
@@ -75,8 +76,9 @@ def prompt_from_text(
         return Prompt(doc_id, skill, messages, parent.env_id)
     positives = memory.positives(skill, cfg.designer.memory_positive, rng)
     negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
-    example = multiturn_example(skill) if cfg.designer.multiturn else None
-    messages = design_messages(text, skill, cfg.designer.difficulty, positives, negatives, example)
+    multiturn = cfg.designer.multiturn and skill_kind(skill) == "tool"
+    brief = multiturn_brief(multiturn_example(skill), rng) if multiturn else None
+    messages = design_messages(text, skill, cfg.designer.difficulty, positives, negatives, brief)
     return Prompt(doc_id, skill, messages)
 
 
