@@ -106,6 +106,9 @@ def kill_with_two_generations_in_flight(
     return {p: store.fs.cat_file(p) for p in paths}
 
 
+ASYNC_STEPS = 5  # steps per generation of the two-generations-in-flight runs
+
+
 def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str | None = None) -> None:
     """Two generations in flight (generation 2's design chain beside generation 1's steps), SIGKILL, then
     ``spade resume`` and the same ``spade run`` again: nothing lost, nothing duplicated, every stage that
@@ -114,10 +117,11 @@ def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str |
     run_id = "overlap"
     env = spade_env(tmp_path, {"AWS_ENDPOINT_URL": endpoint} if endpoint else None)
     store = Store(root, endpoint_url=endpoint)
-    # Three steps keep generation 1 busy while generation 2's chain starts (training is off: steps are plays).
+    # Five steps keep generation 1 busy while generation 2's chain starts (training is off: steps are plays);
+    # with three, a loaded machine could finish them before generation 2's first stage.
     overrides = [
         *OVERRIDES[:-1],
-        "training.steps_per_generation=3",
+        f"training.steps_per_generation={ASYNC_STEPS}",
         "orchestration.async_generations=true",
         f"model.name_or_path={model}",
     ]
@@ -170,11 +174,12 @@ def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str |
             store, "select count(*) as n, count(distinct env_id) as envs from episodes where run_id = ? and gen = ?",
             [run_id, gen],
         ).iloc[0]  # fmt: skip
-        # Step 0: 2 no-hint + 2 hinted plays per environment; steps 1 and 2: 2 no-hint plays each.
-        assert played.n == 8 * played.envs, f"gen {gen}: {played.n} plays of {played.envs} environments"
+        # Step 0: 2 no-hint + 2 hinted plays per environment; every later step: 2 no-hint plays each.
+        per_env = 4 + 2 * (ASYNC_STEPS - 1)
+        assert played.n == per_env * played.envs, f"gen {gen}: {played.n} plays of {played.envs} environments"
     # The chain of generation 2 ran on the newest checkpoint at its start: recorded on its rows.
     steps = query(store, "select distinct policy_step from designs where run_id = ? and gen = 2", [run_id])
-    assert set(steps["policy_step"]) <= {0, 1, 2, 3}
+    assert set(steps["policy_step"]) <= set(range(ASYNC_STEPS + 1))
     final = subprocess.run(
         spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True
     )
