@@ -201,3 +201,23 @@ def run_body(ctx: Any, name: str, model: Any = None) -> Any:
 
     declared = BY_NAME[name]
     return declared.body(ctx.execution(name, reads=declared.reads, writes=declared.writes), model)
+
+
+def validated_generation(tmp_path: Any, model: Any, run_id: str, *overrides: str) -> Any:
+    """Generation 1 of run ``run_id`` on the local store ``tmp_path``, ``tiny`` with ``overrides``, through
+    documents, design and validate (shard 0, one attempt per prompt), ``model`` writing the designs (and
+    judging them where the config asks); returns its context."""
+    from spade_core.config import load_config
+    from spade_core.memory import Memory
+    from spade_core.pipeline.context import GenerationContext
+    from spade_core.pipeline.stages import documents
+    from spade_core.pipeline.stages.design import design
+    from spade_core.pipeline.stages.validate import validate_shard
+    from spade_core.store import Store
+
+    base = ["designer.max_attempts=1", "memory.report_diversity=false", f"store.root={tmp_path}"]
+    ctx = GenerationContext(load_config("tiny", overrides=[*base, *overrides]), Store(str(tmp_path)), run_id, 1)
+    as_stage(ctx, "documents", lambda run: documents.run(run, None))
+    as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), model, Memory()))
+    as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, model))
+    return ctx

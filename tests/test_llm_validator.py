@@ -8,20 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from samples import as_stage
+from samples import validated_generation
 from typer.testing import CliRunner
 
 from spade_core import llm_validator
 from spade_core.cli import app
-from spade_core.config import load_config
 from spade_core.envs.seeds import load_multiturn_envs, load_seed_envs
 from spade_core.llm.base import Completion, SamplingParams
-from spade_core.memory import Memory
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages import documents
-from spade_core.pipeline.stages.design import design
-from spade_core.pipeline.stages.validate import validate_shard
-from spade_core.store import Store
 from spade_core.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -75,13 +69,8 @@ def test_judgements_keep_all_but_a_boxed_no() -> None:
 
 
 def _validate(tmp_path: Path, model: Model, *overrides: str) -> GenerationContext:
-    base = ["designer.kind=tool", "designer.documents_per_generation=3", "designer.max_attempts=1"]
-    cfg = load_config("tiny", overrides=[*base, "memory.report_diversity=false", f"store.root={tmp_path}", *overrides])
-    ctx = GenerationContext(cfg, Store(str(tmp_path)), "judged", 1)
-    as_stage(ctx, "documents", lambda run: documents.run(run, None))
-    as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), model, Memory()))
-    as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, model))
-    return ctx
+    tool = ["designer.kind=tool", "designer.documents_per_generation=3"]
+    return validated_generation(tmp_path, model, "judged", *tool, *overrides)
 
 
 def test_a_no_rejects_the_design_and_every_verdict_is_queryable_in_sql(tmp_path: Path) -> None:

@@ -7,18 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from samples import as_stage
+from samples import as_stage, validated_generation
 
 from spade_core.config import load_config
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import Completion
-from spade_core.memory import Memory
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.registry import stages_for
-from spade_core.pipeline.stages import documents, pool, topup
-from spade_core.pipeline.stages.design import design
-from spade_core.pipeline.stages.validate import validate_shard
-from spade_core.store import Store
+from spade_core.pipeline.stages import pool, topup
 from spade_core.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -49,13 +45,7 @@ class Designer:
 
 def _generation(tmp_path: Path, designer: Designer, *overrides: str) -> GenerationContext:
     """Documents, design and validate of one generation with two prompts and one attempt each."""
-    base = ["designer.documents_per_generation=2", "designer.max_attempts=1", "memory.report_diversity=false"]
-    cfg = load_config("tiny", overrides=[*base, f"store.root={tmp_path}", *overrides])
-    ctx = GenerationContext(cfg, Store(str(tmp_path)), "top", 1)
-    as_stage(ctx, "documents", lambda run: documents.run(run, None))
-    as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), designer, Memory()))
-    as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, designer))
-    return ctx
+    return validated_generation(tmp_path, designer, "top", "designer.documents_per_generation=2", *overrides)
 
 
 def test_missing_environments_are_designed_until_the_pool_is_full(tmp_path: Path) -> None:
