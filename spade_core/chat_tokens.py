@@ -2,9 +2,8 @@
 
 The agent's sampled tokens are appended as they were generated (mask 1); everything else — the prompt,
 the end of each assistant turn as the chat template writes it, and each environment observation or tool
-result — is
-rendered with the chat template and appended with mask 0. Generating from these ids (backends that take
-token prompts) means training sees exactly the tokens the model saw.
+result — is rendered with the chat template and appended with mask 0. Generating from these ids (backends
+that take token prompts) means training sees exactly the tokens the model saw.
 """
 
 from __future__ import annotations

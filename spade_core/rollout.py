@@ -24,6 +24,14 @@ keeps its own ``max_turns``, capped at ``rollout.max_turns``) and ``rollout.step
 that raises or returns a broken tuple ends the play, terminated, with that reward; only the sandbox's own
 faults are then retried).
 
+Tool use has two protocols (``rollout.tool_protocol``). ``user_messages``: the reply goes to ``step``, which
+runs its first ``<tool_call>``, and the observation comes back as a user message. ``native`` (the authors',
+``orchestrator.py:786-1031``): a reply with ``<answer>``, or without a call, goes to ``step``; otherwise every
+call of the reply runs in order through the jail's ``call_tool`` (counting no turn of the environment's),
+each result comes back as a ``tool`` message, and the turn's reward is 0. A malformed call (``<tool_call>``
+written, nothing parsed) goes to ``step`` and, with ``rollout.mask_malformed_tool_calls``, its reply's tokens
+get mask 0.
+
 For training, each episode keeps the token ids of the whole conversation and a loss mask: 1 on the
 agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.chat_tokens`).
 
