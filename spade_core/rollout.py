@@ -347,7 +347,10 @@ class RolloutEngine:
         if len(episode.rewards) >= episode.session.max_turns:
             episode.done = True  # out of turns: truncated, return 0
             return
-        self._append_observations(episode, [{"role": "tool", "content": r.data["output"]} for r in results], eos)
+        # str(): the reply comes from the jail, which the environment's code shares
+        self._append_observations(
+            episode, [{"role": "tool", "content": str(r.data.get("output"))} for r in results], eos
+        )
 
     def _record_step(self, episode: _Episode, result: CallResult, ended_with_eos: bool) -> None:
         if not result.ok:

@@ -316,7 +316,9 @@ def reset_gate(ctx: _Context) -> None:
         result = ctx.session.criteria_at_reset(seed)
         if not result.ok and result.error_type == "exception":
             continue
-        errors = _require(result, f"reset(seed={seed}) for the criteria")["errors"]
+        errors = _require(result, f"reset(seed={seed}) for the criteria").get("errors")
+        if not isinstance(errors, list):  # the jail's reply, which the environment's code shares
+            raise CheckFailed("contract_error", f"reset(seed={seed}): the criteria check replied {errors!r:.80}")
         reset_seeds += 1
         for i, error in enumerate(errors):
             if error is not None:
