@@ -125,8 +125,6 @@ class RolloutStats:
     cached_tokens: int = 0  # of those, served from a kept KV cache instead of prefilled
     errors: dict[str, int] = field(default_factory=dict)  # error_type -> rows that kept it (after retries)
     retries: int = 0  # plays started again because the environment broke them
-    tool_calls: int = 0  # tool calls run outside step (native protocol)
-    malformed_tool_calls: int = 0  # replies that wrote <tool_call> but gave no parsable call (native protocol)
 
 
 class RolloutEngine:
@@ -316,11 +314,9 @@ class RolloutEngine:
         if self.cfg.tool_protocol != "native" or episode.session.kind != "tool" or parse_answer(reply) is not None:
             return []
         calls = parse_native_calls(reply)
-        if is_malformed_call(reply, calls):
-            self.stats.malformed_tool_calls += 1
-            if self.cfg.mask_malformed_tool_calls:
-                start = episode.reply_start
-                episode.loss_mask[start:] = [0] * (len(episode.loss_mask) - start)
+        if self.cfg.mask_malformed_tool_calls and is_malformed_call(reply, calls):
+            start = episode.reply_start
+            episode.loss_mask[start:] = [0] * (len(episode.loss_mask) - start)
         return calls
 
     def _play(self, episode: _Episode, action: str, calls: list[tuple[str, dict[str, Any]]]) -> list[CallResult]:
@@ -342,7 +338,6 @@ class RolloutEngine:
         if failed is not None:  # as a failed step: rollout.step_error_return, or a fault of the environment
             self._record_step(episode, failed, eos)
             return
-        self.stats.tool_calls += len(calls)
         episode.rewards.append(0.0)  # the authors' orchestrator.py:1000: a tool turn's reward is 0
         if len(episode.rewards) >= episode.session.max_turns:
             episode.done = True  # out of turns: truncated, return 0
