@@ -12,19 +12,16 @@ GAME_SYSTEM = (
 )
 
 TOOL_SYSTEM = (
-    "You solve tasks by calling tools. Call a tool by writing "
-    '<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call>; the result comes back as '
-    "the next message. When you know the final result, reply with <answer>...</answer>.\n"
+    "You solve tasks by calling tools. {how} When you know the final result, reply with <answer>...</answer>.\n"
     "Available tools (JSON schemas):\n{tools}"
 )
-
-
-NATIVE_TOOL_SYSTEM = (
-    "You solve tasks by calling tools. Call tools by writing one or more "
-    '<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call> blocks; every call runs and each '
-    "result comes back as a tool message. When you know the final result, reply with <answer>...</answer>.\n"
-    "Available tools (JSON schemas):\n{tools}"
-)
+_CALL = '<tool_call>{"name": "<tool name>", "arguments": {...}}</tool_call>'
+# How the agent calls tools under each rollout.tool_protocol.
+TOOL_HOW = {
+    "user_messages": f"Call a tool by writing {_CALL}; the result comes back as the next message.",
+    "native": f"Call tools by writing one or more {_CALL} blocks; every call runs and each result comes back as "
+    "a tool message.",
+}
 
 
 def system_prompt(
@@ -46,7 +43,7 @@ def system_prompt(
         if tools_in_template
         else "\n".join(json.dumps(t.get("function", t), separators=(",", ":")) for t in tools or [])
     )
-    return (NATIVE_TOOL_SYSTEM if tool_protocol == "native" else TOOL_SYSTEM).format(tools=listed)
+    return TOOL_SYSTEM.format(how=TOOL_HOW[tool_protocol], tools=listed)
 
 
 def first_observation(observation: str, hint: str | None) -> str:

@@ -12,7 +12,7 @@ from agents import Scripted
 
 from sandbox.runtime.spade_env import is_malformed_call, parse_native_calls
 from sandbox.session import EnvSession
-from spade_core.agent_prompts import NATIVE_TOOL_SYSTEM
+from spade_core.agent_prompts import TOOL_HOW
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
@@ -114,7 +114,7 @@ def test_every_call_of_a_reply_runs_in_order_outside_step_and_returns_as_tool_me
     assert tools == ["deposited 5", "balance 15 (turns counted: 0)"]  # in order; step counted no turn
     # the template renders no tools, so the system prompt carries the schemas and the native call format
     system = row["transcript"][0]["content"]
-    assert system.startswith(NATIVE_TOOL_SYSTEM.split("{")[0]) and '"name":"deposit"' in system
+    assert TOOL_HOW["native"] in system and '"name":"deposit"' in system
 
 
 def test_the_xml_call_format_runs_and_a_failing_tool_is_feedback(tiny_generator) -> None:  # type: ignore[no-untyped-def]
