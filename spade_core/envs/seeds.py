@@ -12,6 +12,7 @@ File names are ``{skill}__{name}.py``; the skill key is one of ``config.GAME_SKI
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +50,11 @@ def load_seed_envs(directory: Path = SEED_DIR) -> list[SeedEnv]:
     return envs
 
 
-def load_multiturn_envs() -> list[SeedEnv]:
-    """The multi-turn instruction seeds (``designer.multiturn``), sorted by file name."""
-    return load_seed_envs(MULTITURN_SEED_DIR)
+@functools.cache
+def load_multiturn_envs() -> tuple[SeedEnv, ...]:
+    """The multi-turn instruction seeds (``designer.multiturn``), sorted by file name; read once per process
+    (every multi-turn design prompt shows one)."""
+    return tuple(load_seed_envs(MULTITURN_SEED_DIR))
 
 
 def multiturn_example(skill: str) -> str:
