@@ -377,8 +377,7 @@ class ToolEnv:
 
     def _call(self, call):
         """Run one parsed tool call: (observation, reward)."""
-        out, ran = run_tool(self, call.get("name"), call.get("arguments", {}))
-        out += self.after_tool()
+        out, ran = self._run_tool(call.get("name"), call.get("arguments", {}))
         if not ran:
             return out, 0.0
         return out, 0.5 * min(max(float(self.progress()), 0.0), 1.0)
@@ -386,7 +385,12 @@ class ToolEnv:
     def execute_tool(self, name, arguments):
         """Run one tool outside ``step`` (the native protocol: every call of a reply runs, no turn is
         counted; the authors' ``execute_tool``): its result as text (:func:`run_tool`)."""
-        return run_tool(self, name, arguments)[0] + self.after_tool()
+        return self._run_tool(name, arguments)[0]
+
+    def _run_tool(self, name, arguments):
+        """:func:`run_tool`, its text followed by :meth:`after_tool`'s."""
+        out, ran = run_tool(self, name, arguments)
+        return out + self.after_tool(), ran
 
     def close(self):
         pass
