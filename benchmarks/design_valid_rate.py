@@ -4,7 +4,8 @@ Each seed is one generation-1 design round as the pipeline runs it, through the 
 documents of the bundled corpus (``sample_documents``, as the documents stage samples them), the design
 stage's prompts and batched model call (``spade_core.pipeline.stages.design.design``: memory examples,
 skills round robin, sampling with the model's settings) and the validate stage's verdicts in the jail
-(``validation_rows``: a reply without code is a ``syntax_error``). Nothing is retried (one attempt per
+(``validation_rows``: a reply without code is a ``syntax_error``); with ``designer.mode`` mutate or parameters
+a design that copies its parent is ``not_novel``, as the novelty stage rules. Nothing is retried (one attempt per
 prompt), so the rate is the designer's first-try rate (docs/DESIGN.md §7 steps 2-4).
 
 ``--before REV`` measures the prompt of git revision REV as well, in a subprocess that imports the code of
@@ -45,8 +46,10 @@ def design_round(cfg: Any, generator: Any, store_root: str) -> list[dict[str, An
     """One generation-1 design round of ``cfg``: one record per design attempt (skill, reply, verdict)."""
     from spade_core.corpus import sample_documents
     from spade_core.memory import Memory
+    from spade_core.mutation import parent_codes
     from spade_core.pipeline.context import GenerationContext
     from spade_core.pipeline.stages.design import design
+    from spade_core.pipeline.stages.novelty import parent_rows
     from spade_core.pipeline.stages.validate import validation_rows
     from spade_core.store import Store
 
@@ -55,8 +58,18 @@ def design_round(cfg: Any, generator: Any, store_root: str) -> list[dict[str, An
     documents = sample_documents(
         corpus.source, cfg.designer.documents_per_generation, ctx.seed, max(corpus.max_words, corpus.max_words_tool)
     )
-    designs = design(ctx, documents, generator, Memory.initial(cfg.memory))
+    memory = Memory.initial(cfg.memory)
+    designs = design(ctx.execution("design"), documents, generator, memory)
     verdicts = validation_rows(ctx, designs)
+    if cfg.designer.mode in ("mutate", "parameters"):  # the novelty stage's parent check: a copy is no design
+        passed = designs[[bool(v["ok"]) for v in verdicts]]
+        rows = parent_rows(
+            passed, parent_codes(memory), cfg.designer.parent_max_similarity, cfg.designer.mode == "parameters"
+        )
+        copies = set(rows.loc[~rows["novel"], "design_id"])
+        for d, v in zip(designs["design_id"], verdicts, strict=True):
+            if d in copies:
+                v.update(ok=False, error_type="not_novel", message="a copy of its parent")
     records = []
     for (_, d), v in zip(designs.iterrows(), verdicts, strict=True):
         records.append(

@@ -120,11 +120,13 @@ class DesignerConfig(_Section):
     difficulty: Literal["easy", "medium", "hard"] = Field("medium", description="Target difficulty.")
     memory_positive: int = Field(2, ge=0, description="Positive memory examples in the prompt [2].")
     memory_negative: int = Field(1, ge=0, description="Negative memory examples in the prompt [1].")
-    mode: Literal["write", "mutate"] = Field(
+    mode: Literal["write", "mutate", "parameters"] = Field(
         "write",
         description="write: each design is written anew from the document and memory examples [the paper]; "
         "mutate: the designer rewrites one parent environment whole (in-band from the previous generation's "
-        "memory, else the library) into a variant grounded in the document; the design row names its parent.",
+        "memory, else the library) into a variant grounded in the document; parameters: the designer writes "
+        "new values for a parent's parameters (its module-level literal constants) and the variant is the "
+        "parent with them (POET's parameter mutation; spade_core/parameters.py). The design row names its parent.",
     )
     multiturn: bool = Field(
         False,
@@ -138,7 +140,8 @@ class DesignerConfig(_Section):
         gt=0,
         le=1,
         description="mutate: a design whose lines match its parent's more than this (difflib ratio) is refused "
-        "as not_novel: a copy of the parent earns nothing [0.9].",
+        "as not_novel: a copy of the parent earns nothing; parameters: the same for the share of the parent's "
+        "parameters left unchanged [0.9].",
     )
     repair_rounds: int = Field(0, ge=0, description="Rounds that feed validation errors back.")
     max_attempts: int = Field(

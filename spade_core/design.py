@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, skill_kind
 from spade_core.envs.contract import CONTRACT, env_id_for
 from spade_core.hashing import short_hash
+from spade_core.parameters import variant_code
 
 SKILL_TEXT = {skill: skill.replace("_", " ") for skill in GAME_SKILLS + TOOL_SKILLS}
 
@@ -439,16 +440,50 @@ def mutation_messages(
     return [{"role": "system", "content": DESIGNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def repair_messages(messages: list[dict[str, str]], reply: str, error_type: str, message: str) -> list[dict[str, str]]:
-    """A repair round: the failed reply and the validator's message, asking for the full corrected module."""
+PARAMETERS_SYSTEM = (
+    "You are an expert designer of text environments that train and test a language-model agent. You vary an "
+    "environment by writing new values for its parameters."
+)
+
+
+def parameters_messages(
+    document: str | None, skill: str, summary: str, block: str, parent_win_rate: float | None
+) -> list[dict[str, str]]:
+    """The chat prompt of one parameter mutation (``designer.mode: parameters``, :mod:`spade_core.parameters`):
+    what the parent is (its docstring's first paragraph), its parameter block, the document, and the request
+    for new values. Short and with one block to copy, so that a 135M model's reply is a parameter block.
+    """
+    kind = "game" if skill_kind(skill) == "game" else "tool-use environment"
+    played = f" (the agent wins it {parent_win_rate:.0%} of the time)" if parent_win_rate is not None else ""
+    about = f": {summary.strip()}" if summary.strip() else "."
+    parts = [
+        f"Here is a {kind} for the skill {SKILL_TEXT[skill]}{played}{about}",
+        f"Its parameters:\n\n```python\n{block.strip()}\n```",
+    ]
+    if document:
+        parts.append(f"Here is a reference document:\n\n<document>\n{document.strip()}\n</document>")
+    source = "taken from the document" if document else "of your own"
+    parts.append(
+        f"Write NEW values for these parameters, {source}: other words, names, numbers or wording, so that it "
+        f"becomes a different {kind}. Keep each name and the type of its value. Reply with the parameters in "
+        "one ```python block."
+    )
+    return [{"role": "system", "content": PARAMETERS_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+REPAIR_MODULE = "Fix it. Reply with the complete corrected module in one ```python block."
+REPAIR_PARAMETERS = "Fix it. Reply with the corrected parameters in one ```python block."
+
+
+def repair_messages(
+    messages: list[dict[str, str]], reply: str, error_type: str, message: str, ask: str = REPAIR_MODULE
+) -> list[dict[str, str]]:
+    """A repair round: the failed reply and the validator's message, asking (``ask``) for the full corrected
+    module, or with ``designer.mode: parameters`` for the corrected parameters (:data:`REPAIR_PARAMETERS`)."""
     return [
         *messages,
         {"role": "assistant", "content": reply},
-        {
-            "role": "user",
-            "content": f"The environment failed validation ({error_type}): {message}\n"
-            "Fix it. Reply with the complete corrected module in one ```python block.",
-        },
+        {"role": "user", "content": f"The environment failed validation ({error_type}): {message}\n{ask}"},
     ]
 
 
@@ -499,10 +534,13 @@ def design_row(
     completion: str,
     model_ref: str,
     parent_env_id: str | None = None,
+    parent_code: str | None = None,
 ) -> dict[str, Any]:
     """One ``designs`` row (``prompt`` = the chat messages as JSON); ``code`` / ``env_id`` are None when the
-    reply holds no code; ``parent_env_id`` names the environment a mutation rewrote (None: written anew)."""
-    code = extract_code(completion)
+    reply holds no code; ``parent_env_id`` names the environment a mutation rewrote (None: written anew).
+    ``parent_code`` (``designer.mode: parameters``): the code is the parent with the parameter values the
+    reply sets (:func:`spade_core.parameters.variant_code`), None when it sets none."""
+    code = extract_code(completion) if parent_code is None else variant_code(parent_code, completion)
     prompt = json.dumps(messages)  # the exact chat messages, so the trainer re-renders the same prompt
     return {
         "design_id": design_id,

@@ -1,7 +1,7 @@
 """An environment's ancestry: the chain of parents its mutations started from (``designs.parent_env_id``).
 
-A design written with ``designer.mode: mutate`` names the environment it rewrote; that parent may itself be
-a mutation, and so on back to an environment written anew or taken from the library (a starter or seed
+A design written with ``designer.mode`` mutate or parameters names the environment it rewrote; that parent
+may itself be a mutation, and so on back to an environment written anew or taken from the library (a starter or seed
 environment, which has no design row). :func:`lineage` walks the chain from the store and puts each
 ancestor's latest scores beside it (``env_scores``: the win rate and regret of the generation that last
 played it), which is what ``spade envs lineage`` prints.

@@ -12,6 +12,10 @@ still edit one that loads. The parent is:
 2. else a library environment: the starter of the skill, else any starter of the kind (short modules a
    135M model can copy-edit whole), else the seed environment of the skill, else any of the kind.
 
+Parameter mutation (``designer.mode: parameters``, :mod:`spade_core.parameters`) takes its parent by the
+same rules among environments that have parameters, except that the library is searched by skill first
+(starter, then seed) and by kind after: its prompt shows the parameters, not the module.
+
 The parent's ``env_id`` is stored on the design row (``designs.parent_env_id``: lineage), and a design
 that is a near-copy of its parent (:func:`parent_similarity` above ``designer.parent_max_similarity``) is
 refused by the novelty stage as ``not_novel``: copying the parent earns nothing.
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from spade_core.config import skill_kind
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
 from spade_core.memory import Memory
+from spade_core.parameters import parameters_of
 
 PARENT_POOL = 10  # parents are drawn from the top 10 in-band memory entries by regret
 
@@ -42,20 +47,34 @@ class Parent:
     source: str  # "memory" | "starter" | "seed"
 
 
-def choose_parent(memory: Memory, skill: str, rng: random.Random) -> Parent:
-    """The parent of one mutate prompt for ``skill`` (the rules of the module doc)."""
+def choose_parent(memory: Memory, skill: str, rng: random.Random, *, parameters: bool = False) -> Parent:
+    """The parent of one mutate prompt for ``skill`` (the rules of the module doc).
+
+    ``parameters`` (``designer.mode: parameters``): only environments with parameters
+    (:func:`spade_core.parameters.parameters_of`) qualify, and the library is searched for the skill first
+    (starter, then seed) and only then for the kind, since the prompt shows the parameters, not the module,
+    so a long seed of the right skill costs the designer nothing.
+    """
     kind = skill_kind(skill)
     lo, hi = memory.cfg.positive_win_rate
-    played = [e for e in memory if e.gen_added > 0 and lo <= e.win_rate <= hi and e.kind == kind]
+    usable = (lambda code: bool(parameters_of(code))) if parameters else (lambda code: True)
+    played = [e for e in memory if e.gen_added > 0 and lo <= e.win_rate <= hi and e.kind == kind and usable(e.code)]
     for candidates in ([e for e in played if e.skill == skill], played):
         if candidates:
             top = sorted(candidates, key=lambda e: -e.regret)[:PARENT_POOL]
-            e = rng.choice(top)
-            return Parent(e.env_id, e.skill, e.code, e.win_rate, "memory")
-    for envs, source in ((load_starter_envs(), "starter"), (load_seed_envs(), "seed")):
-        for found in ([e for e in envs if e.skill == skill], [e for e in envs if e.kind == kind]):
-            if found:
-                return Parent(found[0].env_id, found[0].skill, found[0].code, None, source)
+            entry = rng.choice(top)
+            return Parent(entry.env_id, entry.skill, entry.code, entry.win_rate, "memory")
+    starters = [e for e in load_starter_envs() if usable(e.code)]
+    seeds = [e for e in load_seed_envs() if usable(e.code)]
+    library = [(e, "starter") for e in starters] + [(e, "seed") for e in seeds]
+    of_skill = [(e, source) for e, source in library if e.skill == skill]
+    of_kind = [(e, source) for e, source in library if e.kind == kind]
+    # parameters: the prompt shows the parameters only, so a long seed of the skill costs nothing;
+    # mutate: the whole module, so a short starter of the kind comes before a long seed of the skill
+    order = of_skill + of_kind if parameters else sorted(of_skill + of_kind, key=lambda pair: pair[1] != "starter")
+    if order:
+        env, source = order[0]
+        return Parent(env.env_id, env.skill, env.code, None, source)
     raise ValueError(f"no library environment of kind {kind!r} to mutate for skill {skill!r}")
 
 
@@ -86,3 +105,10 @@ def parent_similarity(code: str, parent: str) -> float:
     0.75
     """
     return difflib.SequenceMatcher(None, _normalised(code), _normalised(parent), autojunk=False).ratio()
+
+
+def parent_codes(memory: Memory) -> dict[str, str]:
+    """Every environment a mutation may have started from, by env_id: the memory's and the library's."""
+    codes = {e.env_id: e.code for e in [*load_seed_envs(), *load_starter_envs()]}
+    codes.update({e.env_id: e.code for e in memory})
+    return codes

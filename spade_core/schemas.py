@@ -53,8 +53,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             # writer that does not record repairs (see ADDED_COLUMNS).
             _f("repairs", pa.list_(_str), True),
             _f("unrepaired_env_id", _str, True),
-            # designer.mode mutate: the env_id of the parent environment the design rewrote (lineage); null
-            # for a design written anew (mode write) and on rows of older writers.
+            # designer.mode mutate or parameters: the env_id of the parent environment the design rewrote
+            # (lineage); null for a design written anew (mode write) and on rows of older writers.
             _f("parent_env_id", _str, True),
         ]
     ),
@@ -83,8 +83,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("novel", pa.bool_()),
             _f("similarity", pa.float64()),
             _f("threshold", pa.float64()),
-            # what it was compared with: "embedding" (MiniLM cosine to memory and earlier designs) or "parent"
-            # (a mutation's share of its parent's lines); null on rows of older writers (= embedding)
+            # what it was compared with: "embedding" (MiniLM cosine to memory and earlier designs), "parent"
+            # (a mutation's share of its parent's lines) or "parameters" (a parameter mutation's share of its
+            # parent's parameters left unchanged); null on rows of older writers (= embedding)
             _f("check", _str, True),
         ]
     ),

@@ -86,4 +86,6 @@ def _reason(row: Any) -> str:
     """Why a ``novelty`` row refused its design (a row without ``check`` is an embedding verdict)."""
     if getattr(row, "check", None) == "parent":
         return f"a copy of its parent: {row.similarity:.3f} of its lines match > {row.threshold}"
+    if getattr(row, "check", None) == "parameters":
+        return f"a copy of its parent: {row.similarity:.3f} of its parameters unchanged > {row.threshold}"
     return f"cosine similarity {row.similarity:.3f} to a known environment > {row.threshold}"

@@ -75,3 +75,24 @@ def oracle_answers(envs, seed: int, max_turns: int = 8) -> dict[str, list[str]]:
             obs = session.reset(seed).data["obs"]
             answers[obs] = split_actions(session.solution().data["solution"])
     return answers
+
+
+@dataclass
+class InOrder:
+    """Each request gets the next of ``replies``, as written (a scripted designer); ``requests`` keeps what
+    it was asked."""
+
+    replies: list[str]
+    model_ref: str = "scripted:in-order"
+    supports_token_prompts: bool = False
+    requests: list[GenerationRequest] = field(default_factory=list)
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        out = []
+        for r in requests:
+            self.requests.append(r)
+            out.append(Completion(text=self.replies[len(self.requests) - 1], token_ids=[1]))
+        return out
+
+    def close(self) -> None:
+        pass

@@ -53,7 +53,7 @@ def design(
     skill = skill or skills_for_generation(1, cfg.designer)[0]
     prompt = prompt_from_text(cfg, skill, None, document, Memory.seeded(cfg.memory), random.Random(cfg.seed))
     messages = prompt.messages
-    if prompt.parent_env_id is not None and not as_json:  # designer.mode mutate
+    if prompt.parent_env_id is not None and not as_json:  # designer.mode mutate or parameters
         typer.echo(f"mutating environment {prompt.parent_env_id}")
     if show_prompt and not as_json:
         typer.echo(messages[1]["content"] + "\n" + "=" * 80)

@@ -140,8 +140,8 @@ def show_lineage(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
-    """An environment's parent chain (designer.mode mutate): each ancestor with its origin (a design of the
-    store, a starter or seed environment), generation, skill and its latest win rate and regret."""
+    """An environment's parent chain (designer.mode mutate or parameters): each ancestor with its origin (a
+    design of the store, a starter or seed environment), generation, skill and its latest win rate and regret."""
     chain = lineage(open_store(resolve(preset, config, overrides, store)), env_id)
     if as_json:
         typer.echo(chain.to_json(orient="records"))

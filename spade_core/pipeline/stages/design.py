@@ -20,6 +20,7 @@ from spade_core.design import (
     design_row,
     multiturn_brief,
     mutation_messages,
+    parameters_messages,
     skill_kind,
     skills_for_generation,
     truncate_document,
@@ -29,6 +30,7 @@ from spade_core.envs.seeds import multiturn_example
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
 from spade_core.mutation import choose_parent, without_docstring
+from spade_core.parameters import docstring_summary, parameter_block
 from spade_core.pipeline.context import GenerationContext
 from spade_core.repairs import repair_code
 from spade_core.shards import shard_count, shard_rows
@@ -38,12 +40,14 @@ NAME = "design"
 
 class Prompt(NamedTuple):
     """One design prompt: its document (None: no corpus), skill, chat messages and, for a mutation, the
-    parent environment's env_id."""
+    parent environment's env_id; with ``designer.mode: parameters`` also the parent's code, which the
+    reply's parameter values are applied to."""
 
     doc_id: str | None
     skill: str
     messages: list[dict[str, str]]
     parent_env_id: str | None = None
+    parent_code: str | None = None
 
 
 def prompt_plan(ctx: GenerationContext) -> list[str]:
@@ -64,7 +68,8 @@ def prompt_from_text(
 ) -> Prompt:
     """The design prompt for ``skill`` on a document's ``text`` (cut to the kind's word budget; None: no
     document): written anew with memory examples, or with ``designer.mode: mutate`` a variant of a parent
-    environment (``spade design`` builds its prompt here too)."""
+    environment, or with ``parameters`` new values for a parent's parameters (``spade design`` builds its
+    prompt here too)."""
     if text is not None:
         text = truncate_document(
             text, cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
@@ -74,6 +79,11 @@ def prompt_from_text(
         code = without_docstring(parent.code)
         messages = mutation_messages(text, skill, cfg.designer.difficulty, code, parent.win_rate)
         return Prompt(doc_id, skill, messages, parent.env_id)
+    if cfg.designer.mode == "parameters":
+        parent = choose_parent(memory, skill, rng, parameters=True)
+        summary = docstring_summary(parent.code)
+        messages = parameters_messages(text, skill, summary, parameter_block(parent.code), parent.win_rate)
+        return Prompt(doc_id, skill, messages, parent.env_id, parent.code)
     positives = memory.positives(skill, cfg.designer.memory_positive, rng)
     negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
     multiturn = cfg.designer.multiturn and skill_kind(skill) == "tool"
@@ -136,6 +146,7 @@ def generate_rows(
             completion=completion.text,
             model_ref=generator.model_ref,
             parent_env_id=prompt.parent_env_id,
+            parent_code=prompt.parent_code,
         )
         rows.append(
             {

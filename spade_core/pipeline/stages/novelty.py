@@ -8,7 +8,9 @@ Two checks, each on when configured; their verdicts are rows of this stage's own
   gets ``novel = false``;
 - ``designer.mode: mutate``: a valid design whose lines match its parent's more than
   ``designer.parent_max_similarity`` (:func:`spade_core.mutation.parent_similarity`) gets ``novel = false``:
-  a copy of the parent is not a new environment. Such a design is not embedded.
+  a copy of the parent is not a new environment. Such a design is not embedded. With ``designer.mode:
+  parameters`` the similarity is the share of the parent's parameters the design leaves unchanged
+  (:func:`spade_core.parameters.parameter_similarity`).
 """
 
 from __future__ import annotations
@@ -17,18 +19,17 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.envs.seeds import load_seed_envs, load_starter_envs
 from spade_core.llm.base import Generator
-from spade_core.memory import Memory
-from spade_core.mutation import parent_similarity
+from spade_core.mutation import parent_codes, parent_similarity
 from spade_core.novelty import default_embedder, novelty_filter
+from spade_core.parameters import parameter_similarity
 from spade_core.pipeline.context import GenerationContext
 
 NAME = "novelty"
 
 
 def applies(cfg: Any, gen: int) -> bool:
-    checks = cfg.memory.novelty_threshold is not None or cfg.designer.mode == "mutate"
+    checks = cfg.memory.novelty_threshold is not None or cfg.designer.mode in ("mutate", "parameters")
     return checks and not cfg.designer.fixed_pool
 
 
@@ -49,9 +50,12 @@ def novelty_rows(valid: pd.DataFrame, memory_codes: list[str], threshold: float)
     )
 
 
-def parent_rows(valid: pd.DataFrame, parents: dict[str, str], threshold: float) -> pd.DataFrame:
-    """One row per valid design with a known parent: its share of the parent's lines, above ``threshold``
-    refused. ``parents`` maps a parent env_id to its code.
+def parent_rows(
+    valid: pd.DataFrame, parents: dict[str, str], threshold: float, parameters: bool = False
+) -> pd.DataFrame:
+    """One row per valid design with a known parent: its similarity to the parent (the share of the parent's
+    lines it keeps, check ``parent``; ``parameters``: of the parent's parameters, check ``parameters``), above
+    ``threshold`` refused. ``parents`` maps a parent env_id to its code.
 
     >>> parent = "import random\\nclass E:\\n    def reset(self, seed=None):\\n        return 'a', {}\\n"
     >>> valid = pd.DataFrame({"design_id": ["d1", "d2"], "attempt": [0, 1], "env_id": ["e1", "e2"],
@@ -61,7 +65,8 @@ def parent_rows(valid: pd.DataFrame, parents: dict[str, str], threshold: float) 
     """
     known = valid[valid["parent_env_id"].isin(list(parents))].sort_values("design_id")
     pairs = zip(known["code"], known["parent_env_id"], strict=True)
-    similarity = [parent_similarity(str(code), parents[parent]) for code, parent in pairs]
+    similarity_of = parameter_similarity if parameters else parent_similarity
+    similarity = [similarity_of(str(code), parents[parent]) for code, parent in pairs]
     return pd.DataFrame(
         {
             "design_id": known["design_id"],
@@ -70,16 +75,9 @@ def parent_rows(valid: pd.DataFrame, parents: dict[str, str], threshold: float) 
             "novel": [s <= threshold for s in similarity],
             "similarity": [float(s) for s in similarity],
             "threshold": float(threshold),
-            "check": "parent",
+            "check": "parameters" if parameters else "parent",
         }
     )
-
-
-def parent_codes(memory: Memory) -> dict[str, str]:
-    """Every environment a mutation may have started from, by env_id: the memory's and the library's."""
-    codes = {e.env_id: e.code for e in [*load_seed_envs(), *load_starter_envs()]}
-    codes.update({e.env_id: e.code for e in memory})
-    return codes
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
@@ -88,8 +86,9 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     valid = final[final["ok"]]
     memory = ctx.previous_memory()
     frames = []
-    if cfg.designer.mode == "mutate" and "parent_env_id" in valid.columns:
-        copies = parent_rows(valid, parent_codes(memory), cfg.designer.parent_max_similarity)
+    if cfg.designer.mode in ("mutate", "parameters") and "parent_env_id" in valid.columns:
+        parameters = cfg.designer.mode == "parameters"
+        copies = parent_rows(valid, parent_codes(memory), cfg.designer.parent_max_similarity, parameters)
         frames.append(copies)
         valid = valid[~valid["design_id"].isin(copies.loc[~copies["novel"], "design_id"])]
     if cfg.memory.novelty_threshold is not None:

@@ -23,10 +23,11 @@ from typing import Any
 import pandas as pd
 
 from spade_core.corpus import sample_documents
-from spade_core.design import design_row, repair_messages
+from spade_core.design import REPAIR_MODULE, REPAIR_PARAMETERS, design_row, repair_messages
 from spade_core.hashing import short_hash
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.llm_validator import judge
+from spade_core.mutation import parent_codes
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_repairs
 from spade_core.validate import validate_many
@@ -87,9 +88,12 @@ def _repair(
     params = SamplingParams.from_config(
         ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=ctx.seed + attempt, logprobs=True
     )
+    parameters = ctx.cfg.designer.mode == "parameters"
+    parents = parent_codes(ctx.previous_memory()) if parameters else {}
+    ask = REPAIR_PARAMETERS if parameters else REPAIR_MODULE
     requests = [
         GenerationRequest(
-            messages=repair_messages(json.loads(d.prompt), d.completion, v["error_type"], v["message"] or "")
+            messages=repair_messages(json.loads(d.prompt), d.completion, v["error_type"], v["message"] or "", ask)
         )
         for d, v in zip(failed.itertuples(), verdicts, strict=True)
     ]
@@ -105,6 +109,7 @@ def _repair(
             completion=reply.text,
             model_ref=d.model_ref,
             parent_env_id=getattr(d, "parent_env_id", None),
+            parent_code=parents.get(str(getattr(d, "parent_env_id", None))) if parameters else None,
         )
         behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
         repaired = with_repairs(row, ctx.cfg.validation.code_repairs)
