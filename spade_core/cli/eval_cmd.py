@@ -1,5 +1,5 @@
-"""``spade eval``: score a model on the held-out suites (reasoning_gym, humaneval, bfcl, bfcl_multi_turn) and
-print a summary."""
+"""``spade eval``: score a model on the held-out suites (reasoning_gym, humaneval, bfcl, bfcl_multi_turn,
+tau2) and print a summary."""
 
 from __future__ import annotations
 

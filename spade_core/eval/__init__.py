@@ -3,7 +3,8 @@
 - ``reasoning_gym``: math, logic and algorithmic problems (reasoning-gym), fixed held-out seed;
 - ``humaneval``: HumanEval completions run with their tests in the jail;
 - ``bfcl``: BFCL simple / parallel / irrelevance calls and the multi-turn base set, BFCL's own checkers;
-- ``bfcl_multi_turn``: BFCL's multi-turn base, miss_func, miss_param and long_context sets.
+- ``bfcl_multi_turn``: BFCL's multi-turn base, miss_func, miss_param and long_context sets;
+- ``tau2``: τ²-bench's retail and airline dialogues, the model playing the agent and the simulated user.
 
 One explicit registry, :data:`SUITES`; each suite is one module. Entry points: :func:`evaluate` (any
 generator), :func:`evaluate_checkpoint` (a stored run's checkpoint, writes ``evals``), :func:`summarize`.
@@ -18,12 +19,14 @@ from spade_core.eval.base import EvalItem, Suite, UnknownSuiteError
 from spade_core.eval.bfcl import BFCLMultiTurnSuite, BFCLSuite
 from spade_core.eval.humaneval import HumanEvalSuite
 from spade_core.eval.reasoning_gym_suite import ReasoningGymSuite
+from spade_core.eval.tau2 import Tau2Suite
 
 SUITES: dict[str, type[Suite]] = {
     "reasoning_gym": ReasoningGymSuite,
     "humaneval": HumanEvalSuite,
     "bfcl": BFCLSuite,
     "bfcl_multi_turn": BFCLMultiTurnSuite,
+    "tau2": Tau2Suite,
 }
 SUITE_NAMES: tuple[str, ...] = tuple(SUITES)
 
@@ -55,6 +58,7 @@ __all__ = [
     "HumanEvalSuite",
     "ReasoningGymSuite",
     "Suite",
+    "Tau2Suite",
     "UnknownSuiteError",
     "evaluate",
     "evaluate_checkpoint",

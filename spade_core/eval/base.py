@@ -7,6 +7,11 @@ final response into ``(score in [0, 1], passed)``. Garbage never raises: it scor
 Multi-turn suites (BFCL multi-turn) also implement :meth:`Suite.follow_up_many`: after each reply, the
 next messages to append (tool results, the next user turn), or ``None`` when the episode is over; then
 :meth:`Suite.final_response` packs the replies into the one ``response`` string that is stored and scored.
+
+A suite whose dialogue has a second party played by the same model (τ²-bench's simulated user) answers a
+:class:`SimulatedTurn` instead of messages, from :meth:`Suite.first_turn` or a follow-up: the runner
+generates that party's reply in the same batched call as the agents' replies, keeps it out of the agent's
+conversation and hands it to :meth:`Suite.simulated_reply_many`, which answers like a follow-up.
 """
 
 from __future__ import annotations
@@ -20,6 +25,18 @@ from typing import Any, ClassVar
 from spade_core.config import ConfigError
 
 Message = dict[str, str]
+
+
+@dataclass
+class SimulatedTurn:
+    """A reply the runner asks of the model in another role (a simulated user): ``messages`` is that role's
+    whole view of the dialogue, system prompt included. The reply goes to :meth:`Suite.simulated_reply_many`,
+    not into the agent's conversation."""
+
+    messages: list[Message]
+
+
+FollowUp = list[Message] | SimulatedTurn | None
 
 
 class UnknownSuiteError(ConfigError):
@@ -67,14 +84,26 @@ class Suite(ABC):
         """Per-episode state handed to :meth:`follow_up_many` (multi-turn suites only)."""
         return {}
 
+    def first_turn(self, item: EvalItem, state: dict[str, Any]) -> SimulatedTurn | None:
+        """A turn of the other role that opens the episode before the agent's first reply (default: none)."""
+        return None
+
     def follow_up_many(
         self, items: Sequence[EvalItem], replies: Sequence[list[str]], states: Sequence[dict[str, Any]]
-    ) -> list[list[Message] | None]:
-        """For each live episode, the messages to append after its latest reply, or None when it is over.
+    ) -> Sequence[FollowUp]:
+        """For each live episode, the messages to append after its latest reply, a :class:`SimulatedTurn`,
+        or None when it is over.
 
         Single-turn suites end after the first reply.
         """
         return [None] * len(items)
+
+    def simulated_reply_many(
+        self, items: Sequence[EvalItem], texts: Sequence[str], states: Sequence[dict[str, Any]]
+    ) -> Sequence[FollowUp]:
+        """For each episode that was asked a :class:`SimulatedTurn`, what follows the model's reply ``text``
+        in that role: messages for the agent, another simulated turn, or None when the episode is over."""
+        raise NotImplementedError(f"suite {self.name} asks for no simulated turns")
 
     def final_response(self, item: EvalItem, replies: list[str], state: dict[str, Any]) -> str:
         """The stored and scored response of a finished episode (single turn: the reply itself)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.eval.base import EvalItem, Message, Suite
+from spade_core.eval.base import EvalItem, FollowUp, Message, SimulatedTurn, Suite
 from spade_core.llm.base import Completion, GenerationRequest, Generator, ModelError, SamplingParams
 from spade_core.schemas import SCHEMAS
 from spade_core.steps import first_step
@@ -32,6 +32,7 @@ class _Episode:
     state: dict[str, Any]
     replies: list[str] = field(default_factory=list)
     error: str | None = None
+    simulated: SimulatedTurn | None = None  # the next generation is this turn of the other role
 
 
 def _generate(generator: Generator, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
@@ -59,38 +60,60 @@ def _score_safely(suite: Suite, items: list[EvalItem], responses: list[str]) -> 
         return [s for item, response in pairs for s in _score_safely(suite, [item], [response])]
 
 
+def _follow_up(
+    suite: Suite, method: Callable[..., Sequence[FollowUp]], episodes: list[_Episode], replies: Sequence[Any]
+) -> list[FollowUp]:
+    """``method`` (a follow-up of ``suite``) for ``episodes``; a broken one ends them (their replies so far
+    are scored)."""
+    if not episodes:
+        return []
+    try:
+        out = list(method([ep.item for ep in episodes], replies, [ep.state for ep in episodes]))
+        if len(out) == len(episodes):
+            return out
+        raise ValueError(f"{len(out)} follow-ups for {len(episodes)} episodes")
+    except Exception as exc:
+        log.warning("%s %s failed: %s", suite.name, method.__name__, exc)
+        return [None] * len(episodes)
+
+
 def run_episodes(
     generator: Generator, suite: Suite, items: list[EvalItem], params: SamplingParams
 ) -> list[tuple[str | None, str | None]]:
-    """Play every item to its end, all live episodes in one generation call per round.
+    """Play every item to its end, all live episodes in one generation call per round (an episode's round
+    is the agent's reply, or the reply of the role a :class:`SimulatedTurn` asks for).
 
     Returns, per item, ``(response, error)``: the suite's final response, or the model error that ended it.
     """
     episodes = [_Episode(item, list(item.messages), suite.new_state(item)) for item in items]
+    for ep in episodes:
+        ep.simulated = suite.first_turn(ep.item, ep.state)
     live = episodes
     for _ in range(MAX_ROUNDS):
         if not live:
             break
-        completions = _generate(generator, [GenerationRequest(messages=list(ep.messages)) for ep in live], params)
-        answered = []
+        requests = [
+            GenerationRequest(messages=list(ep.simulated.messages if ep.simulated else ep.messages)) for ep in live
+        ]
+        completions = _generate(generator, requests, params)
+        answered, simulated, texts = [], [], []
         for ep, completion in zip(live, completions, strict=True):
             if completion.error is not None:
                 ep.error = completion.error
-                continue
-            ep.replies.append(completion.text)
-            ep.messages.append({"role": "assistant", "content": completion.text})
-            answered.append(ep)
-        try:
-            follow = suite.follow_up_many(
-                [ep.item for ep in answered], [ep.replies for ep in answered], [ep.state for ep in answered]
-            )
-        except Exception as exc:  # a broken follow-up ends those episodes; their replies so far are scored
-            log.warning("%s follow-up failed: %s", suite.name, exc)
-            follow = [None] * len(answered)
+            elif ep.simulated is not None:
+                simulated.append(ep)
+                texts.append(completion.text)
+            else:
+                ep.replies.append(completion.text)
+                ep.messages.append({"role": "assistant", "content": completion.text})
+                answered.append(ep)
+        follow = _follow_up(suite, suite.follow_up_many, answered, [ep.replies for ep in answered])
+        follow += _follow_up(suite, suite.simulated_reply_many, simulated, texts)
         live = []
-        for ep, messages in zip(answered, follow, strict=True):
-            if messages:
-                ep.messages.extend(messages)
+        for ep, step in zip([*answered, *simulated], follow, strict=True):
+            ep.simulated = step if isinstance(step, SimulatedTurn) else None
+            if ep.simulated is not None or step:
+                ep.messages.extend(step if isinstance(step, list) else [])
                 live.append(ep)
     out: list[tuple[str | None, str | None]] = []
     for ep in episodes:
