@@ -440,35 +440,22 @@ def mutation_messages(
     return [{"role": "system", "content": DESIGNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-PARAMETERS_SYSTEM = (
-    "You are an expert designer of text environments that train and test a language-model agent. You vary an "
-    "environment by writing new values for its parameters."
-)
-
-
-def parameters_messages(
-    document: str | None, skill: str, summary: str, block: str, parent_win_rate: float | None
-) -> list[dict[str, str]]:
+def parameters_messages(document: str | None, block: str) -> list[dict[str, str]]:
     """The chat prompt of one parameter mutation (``designer.mode: parameters``, :mod:`spade_core.parameters`):
-    what the parent is (its docstring's first paragraph), its parameter block, the document, and the request
-    for new values. Short and with one block to copy, so that a 135M model's reply is a parameter block.
+    the document, then the parent's parameter block and the request for new values, with no system prompt.
+
+    As short as a 135M model needs it: measured on the embedded model (8 prompts of generation 1's skills),
+    this prompt got a changed, parseable block in 3 of 8 replies, where a designer system prompt with what
+    the parent is (0 of 8 passed validation: it wrote functions instead) or a worked example before the task
+    (1 of 8: it continued the example) did worse.
     """
-    kind = "game" if skill_kind(skill) == "game" else "tool-use environment"
-    played = f" (the agent wins it {parent_win_rate:.0%} of the time)" if parent_win_rate is not None else ""
-    about = f": {summary.strip()}" if summary.strip() else "."
-    parts = [
-        f"Here is a {kind} for the skill {SKILL_TEXT[skill]}{played}{about}",
-        f"Its parameters:\n\n```python\n{block.strip()}\n```",
-    ]
+    parts = []
     if document:
-        parts.append(f"Here is a reference document:\n\n<document>\n{document.strip()}\n</document>")
-    source = "taken from the document" if document else "of your own"
-    parts.append(
-        f"Write NEW values for these parameters, {source}: other words, names, numbers or wording, so that it "
-        f"becomes a different {kind}. Keep each name and the type of its value. Reply with the parameters in "
-        "one ```python block."
-    )
-    return [{"role": "system", "content": PARAMETERS_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+        parts.append(f"Here is a document:\n\n<document>\n{document.strip()}\n</document>")
+    source = "to use words from the document" if document else "to new values of your own"
+    parts.append(f"Change these parameters {source}:\n\n```python\n{block.strip()}\n```")
+    parts.append("Reply with the new parameters in one ```python block, the same names, new values.")
+    return [{"role": "user", "content": "\n\n".join(parts)}]
 
 
 REPAIR_MODULE = "Fix it. Reply with the complete corrected module in one ```python block."

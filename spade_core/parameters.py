@@ -155,19 +155,6 @@ def _docstring(tree: ast.Module) -> tuple[int, int, str] | None:
     return first.lineno, first.end_lineno or first.lineno, paragraph
 
 
-def docstring_summary(code: str) -> str:
-    """The first paragraph of the module docstring of ``code`` ("" when none): what the environment is.
-
-    >>> docstring_summary('\"\"\"Repeat a code word.\\n\\nMeasured: 0.2.\"\"\"\\nX = 1\\n')
-    'Repeat a code word.'
-    """
-    try:
-        doc = _docstring(ast.parse(code))
-    except (SyntaxError, ValueError):
-        return ""
-    return doc[2] if doc else ""
-
-
 def variant_code(parent_code: str, reply: str) -> str | None:
     """The parent module with the parameter values ``reply`` sets, or None when it sets none.
 

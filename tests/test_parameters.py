@@ -70,12 +70,12 @@ def generation(tmp_path_factory: pytest.TempPathFactory) -> tuple[GenerationCont
     return ctx, designer
 
 
-def test_the_prompt_shows_the_parameters_and_what_the_parent_is_not_its_code(generation) -> None:  # type: ignore[no-untyped-def]
+def test_the_prompt_shows_the_document_and_the_parameters_not_the_code(generation) -> None:  # type: ignore[no-untyped-def]
     _, designer = generation
-    prompt = designer.requests[0].messages[-1]["content"]
-    assert parameter_block(STARTER.code) in prompt and "<document>" in prompt
-    assert "Which of two objects is on the left?" in prompt  # the parent's docstring summary
-    assert "def step" not in prompt and "Measured base win rate" not in prompt
+    (message,) = designer.requests[0].messages  # no system prompt
+    prompt = message["content"]
+    assert prompt.index("<document>") < prompt.index(parameter_block(STARTER.code))
+    assert "def step" not in prompt and "Measured base win rate" not in prompt and "import" not in prompt
 
 
 def test_a_variant_is_the_parent_with_the_new_values_and_passes(generation) -> None:  # type: ignore[no-untyped-def]
@@ -121,4 +121,4 @@ def test_the_novelty_stage_refuses_a_copy_of_the_parameters(generation) -> None:
     assert copy.message == "a copy of its parent: 1.000 of its parameters unchanged > 0.9"
     rows = ctx.store.read_table("novelty", "par", 3)
     assert set(rows["check"]) == {"parameters"} and sorted(rows["novel"]) == [False, True, True]
-    assert json.loads(final.loc[VARIANT].prompt)[0]["role"] == "system"
+    assert json.loads(final.loc[VARIANT].prompt)[0]["role"] == "user"

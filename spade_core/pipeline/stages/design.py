@@ -30,7 +30,7 @@ from spade_core.envs.seeds import multiturn_example
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.memory import Memory
 from spade_core.mutation import choose_parent, without_docstring
-from spade_core.parameters import docstring_summary, parameter_block
+from spade_core.parameters import parameter_block
 from spade_core.pipeline.context import GenerationContext
 from spade_core.repairs import repair_code
 from spade_core.shards import shard_count, shard_rows
@@ -81,8 +81,7 @@ def prompt_from_text(
         return Prompt(doc_id, skill, messages, parent.env_id)
     if cfg.designer.mode == "parameters":
         parent = choose_parent(memory, skill, rng, parameters=True)
-        summary = docstring_summary(parent.code)
-        messages = parameters_messages(text, skill, summary, parameter_block(parent.code), parent.win_rate)
+        messages = parameters_messages(text, parameter_block(parent.code))
         return Prompt(doc_id, skill, messages, parent.env_id, parent.code)
     positives = memory.positives(skill, cfg.designer.memory_positive, rng)
     negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
