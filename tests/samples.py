@@ -205,8 +205,8 @@ def run_body(ctx: Any, name: str, model: Any = None) -> Any:
 
 def validated_generation(tmp_path: Any, model: Any, run_id: str, *overrides: str) -> Any:
     """Generation 1 of run ``run_id`` on the local store ``tmp_path``, ``tiny`` with ``overrides``, through
-    documents, design and validate (shard 0, one attempt per prompt), ``model`` writing the designs (and
-    judging them where the config asks); returns its context."""
+    documents, design and validate (shard 0, one attempt per prompt), ``model`` writing whole modules
+    (``designer.mode=write``) as the designs (and judging them where the config asks); returns its context."""
     from spade_core.config import load_config
     from spade_core.memory import Memory
     from spade_core.pipeline.context import GenerationContext
@@ -215,7 +215,7 @@ def validated_generation(tmp_path: Any, model: Any, run_id: str, *overrides: str
     from spade_core.pipeline.stages.validate import validate_shard
     from spade_core.store import Store
 
-    base = ["designer.max_attempts=1", "memory.report_diversity=false", f"store.root={tmp_path}"]
+    base = ["designer.mode=write", "designer.max_attempts=1", "memory.report_diversity=false", f"store.root={tmp_path}"]
     ctx = GenerationContext(load_config("tiny", overrides=[*base, *overrides]), Store(str(tmp_path)), run_id, 1)
     as_stage(ctx, "documents", lambda run: documents.run(run, None))
     as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), model, Memory()))

@@ -200,7 +200,8 @@ def test_the_store_shows_which_designs_passed_only_thanks_to_a_repair(tmp_path: 
     from spade_core.pipeline.stages.validate import validate_shard
     from spade_core.verdicts import final_designs
 
-    overrides = ["designer.documents_per_generation=3", "designer.max_attempts=1", "corpus.enabled=false"]
+    overrides = ["designer.mode=write", "designer.documents_per_generation=3", "designer.max_attempts=1"]
+    overrides += ["corpus.enabled=false"]
     overrides += ["validation.call_timeout_s=3.0", "validation.max_turns=8", f"store.root={tmp_path}"]
     cfg = load_config("tiny", overrides=overrides)
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "rep", 1)
