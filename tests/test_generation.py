@@ -450,7 +450,8 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
 
     store = Store(str(tmp_path))
     overrides = ["designer.documents_per_generation=1", "designer.kind=game", "designer.skills_per_generation=1"]
-    cfg = load_config("tiny", overrides=[*overrides, "designer.max_attempts=3", f"store.root={tmp_path}"])
+    overrides += ["designer.mode=write", "designer.max_attempts=3", f"store.root={tmp_path}"]
+    cfg = load_config("tiny", overrides=overrides)
     ctx = GenerationContext(cfg, store, "retry", 1)
     from spade_core.pipeline.stages import documents
 

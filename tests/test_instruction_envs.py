@@ -151,7 +151,7 @@ def test_the_reset_gate_keeps_criteria_that_raise_at_some_seeds_and_envs_without
 
 
 def test_the_multiturn_design_prompt_shows_the_framing_a_domain_a_task_variant_and_a_seed() -> None:
-    cfg = load_config("tiny", overrides=["designer.multiturn=true"])
+    cfg = load_config("tiny", overrides=["designer.mode=write", "designer.multiturn=true"])
     doc = "The Hanseatic League traded salt and herring."
     prompt = prompt_from_text(cfg, "data_retrieval", "d1", doc, Memory(), random.Random(0))
     text = prompt.messages[-1]["content"]
@@ -174,5 +174,6 @@ def test_the_multiturn_design_prompt_shows_the_framing_a_domain_a_task_variant_a
     assert MULTITURN[0].code.strip() in other  # no seed of that skill: the first one
     game = prompt_from_text(cfg, "optimization", None, doc, Memory(), random.Random(0)).messages[-1]["content"]
     assert MULTITURN_TOOL_ACTIONS not in game and "InstructionEnv" not in game and "grounded in a concept" in game
-    plain = prompt_from_text(load_config("tiny"), "data_retrieval", None, None, Memory(), random.Random(0))
+    plain_cfg = load_config("tiny", overrides=["designer.mode=write"])
+    plain = prompt_from_text(plain_cfg, "data_retrieval", None, None, Memory(), random.Random(0))
     assert TOOL_ACTIONS in plain.messages[-1]["content"] and "InstructionEnv" not in plain.messages[-1]["content"]

@@ -150,8 +150,10 @@ def test_the_registry_is_one_ordered_list_whose_inputs_come_before_each_stage() 
         assert set(stage.inputs) <= set(names[:i]), stage.name
         assert stage.shard_by is None or stage.shard_by in stage.inputs, stage.name
     assert names[0] == "documents" and names[-3:] == ["train", "reward", "evaluate"]
-    novelty = load_config("tiny", overrides=["memory.novelty_threshold=0.9"])
-    assert "novelty" in stages_for(novelty, 1) and "novelty" not in stages_for(load_config("tiny"), 1)
+    write = load_config("tiny", overrides=["designer.mode=write"])
+    novelty = load_config("tiny", overrides=["designer.mode=write", "memory.novelty_threshold=0.9"])
+    assert "novelty" in stages_for(novelty, 1) and "novelty" not in stages_for(write, 1)
+    assert "novelty" in stages_for(load_config("tiny"), 1)  # parameters: a copy of the parent is refused
 
 
 def test_a_generation_expands_into_k_steps_each_playing_the_weights_the_step_before_trained() -> None:
@@ -160,7 +162,8 @@ def test_a_generation_expands_into_k_steps_each_playing_the_weights_the_step_bef
 
     cfg = load_config("tiny", overrides=["training.steps_per_generation=3", "evaluation.every=1"])
     by_name = {s.name: s for s in instances(cfg, 2)}
-    assert list(by_name)[5:] == [
+    assert list(by_name)[:6] == ["documents", "design", "validate", "novelty", "pool", "hint"]
+    assert list(by_name)[6:] == [
         "rollout-s0", "score", "memory", "train-s0", "rollout-s1", "train-s1", "rollout-s2", "train-s2", "reward",
         "evaluate",
     ]  # fmt: skip
@@ -198,7 +201,7 @@ def test_with_max_staleness_one_a_steps_plays_wait_for_the_update_before_the_pre
     # Generation 2 starts at global step 3: its plays use checkpoints 3, 3, 4; its updates train 3, 4, 5.
     assert [target_step(cfg, 2, by_name[f"rollout-s{k}"]) for k in range(3)] == [3, 3, 4]
     assert [target_step(cfg, 2, by_name[f"train-s{k}"]) for k in range(3)] == [3, 4, 5]
-    assert [s.name for s in chain_for(cfg, 2)] == ["documents", "design", "validate", "pool", "hint"]
+    assert [s.name for s in chain_for(cfg, 2)] == ["documents", "design", "validate", "novelty", "pool", "hint"]
 
 
 def test_the_schedule_runs_a_stage_once_its_inputs_are_done_and_raises_the_first_failure() -> None:
