@@ -74,13 +74,16 @@ def parameter_block(code: str) -> str:
 
 
 def same_shape(value: Any, reference: Any) -> bool:
-    """Whether ``value`` may stand in for ``reference``: the same type (an int for a float too); a container
-    non-empty when the reference is, its items of the types the reference's items have.
+    """Whether ``value`` may stand in for ``reference``: the same type (an int for a float too); a tuple of
+    the same length, field by field; a list, set or dict non-empty when the reference is, each item (key,
+    value) shaped like one of the reference's.
 
     >>> same_shape(["x", "y"], ["a"]), same_shape([], ["a"]), same_shape([1], ["a"]), same_shape(4, 2.5)
     (True, False, False, True)
     >>> same_shape({"k": 1}, {"a": 2}), same_shape(True, 1), same_shape(("a", 1), ("b", 2))
     (True, False, True)
+    >>> same_shape([("a", 1, None)], [("b", 2, None), ("c", 3, (2, 4))]), same_shape([("a", 1)], [("b", 2, None)])
+    (True, False)
     """
     if isinstance(reference, bool) or isinstance(value, bool):
         return type(value) is type(reference)
@@ -88,13 +91,11 @@ def same_shape(value: Any, reference: Any) -> bool:
         return isinstance(value, int | float)
     if type(value) is not type(reference):
         return False
-    if isinstance(reference, list | tuple | set | frozenset):
+    if isinstance(reference, tuple):  # a record: its length and each field's type
+        return len(value) == len(reference) and all(same_shape(v, r) for v, r in zip(value, reference, strict=True))
+    if isinstance(reference, list | set | frozenset):
         if reference and not value:
             return False
-        if isinstance(reference, tuple) and len(value) != len(reference):
-            return all(_item_fits(v, reference) for v in value)  # a tuple of varying length: items as the ref's
-        if isinstance(reference, tuple):
-            return all(same_shape(v, r) for v, r in zip(value, reference, strict=True))
         return all(_item_fits(v, reference) for v in value)
     if isinstance(reference, dict):
         if reference and not value:

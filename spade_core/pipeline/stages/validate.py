@@ -49,13 +49,18 @@ def validation_rows(
     if cfg.llm_validator and generator is not None:
         judged = [i for i, r in zip(with_code.index, results, strict=True) if r.ok and r.kind == "tool"]
         judge_designs(ctx, [by_index[i] for i in judged], [str(designs.at[i, "code"]) for i in judged], generator)
+    no_code = (
+        "the reply sets none of the parent's parameters (a value of its type, in a ```python block)"
+        if ctx.cfg.designer.mode == "parameters"
+        else "no ```python block in the reply"
+    )
     rows = []
     for i, d in designs.iterrows():
         row = by_index.get(i) or {
             "env_id": None,
             "ok": False,
             "error_type": "syntax_error",
-            "message": "no ```python block in the reply",
+            "message": no_code,
             "checks": {},
             "seconds": 0.0,
         }
