@@ -300,7 +300,9 @@ def test_validation_shards_on_processes_and_a_local_dask_cluster_match_threads(t
     rows = {}
     with prefect_test_harness(server_startup_timeout=120):
         for runner in ("threads", "processes", "dask"):
-            ctx = _ctx(tmp_path / runner, f"orchestration.task_runner={runner}", "orchestration.shard_size=2")
+            # The stored designs as written: no retry asks the model for new ones.
+            retries = "designer.max_attempts=1"
+            ctx = _ctx(tmp_path / runner, f"orchestration.task_runner={runner}", "orchestration.shard_size=2", retries)
             designs = _write_designs(ctx)
             run = validation.with_options(task_runner=task_runner_for(ctx.cfg))
             records = run(ctx.cfg.model_dump(mode="json"), designs)
