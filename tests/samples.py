@@ -221,3 +221,17 @@ def validated_generation(tmp_path: Any, model: Any, run_id: str, *overrides: str
     as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), model, Memory()))
     as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, model))
     return ctx
+
+
+def designed_and_checked(ctx: Any, designer: Any) -> None:
+    """Documents, design (a seeded memory), validate (shard 0, ``designer`` writing any retries) and novelty
+    of ``ctx``'s generation, each as its stage."""
+    from spade_core.memory import Memory
+    from spade_core.pipeline.stages import documents, novelty
+    from spade_core.pipeline.stages.design import design
+    from spade_core.pipeline.stages.validate import validate_shard
+
+    as_stage(ctx, "documents", lambda run: documents.run(run, None))
+    as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), designer, Memory.seeded()))
+    as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, designer))
+    as_stage(ctx, "novelty", lambda run: novelty.run(run, None))

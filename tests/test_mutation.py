@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from samples import as_stage, frame, write_stage
+from samples import designed_and_checked, frame, write_stage
 from typer.testing import CliRunner
 
 from spade_core.catalog import query
@@ -23,9 +23,7 @@ from spade_core.llm.base import Completion
 from spade_core.memory import Memory, MemoryEntry
 from spade_core.mutation import choose_parent, without_docstring
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages import documents, novelty
-from spade_core.pipeline.stages.design import design
-from spade_core.pipeline.stages.validate import validate_shard
+from spade_core.pipeline.stages import novelty
 from spade_core.store import Store
 from spade_core.verdicts import final_designs
 
@@ -98,10 +96,7 @@ def mutated(tmp_path_factory: pytest.TempPathFactory) -> tuple[GenerationContext
     assert cfg.memory.seed_with_library  # tiny: a seeded memory, never played, so the parent is the starter
     ctx = GenerationContext(cfg, Store(str(root)), "mut", 3)  # generation 3's skill window: spatial reasoning
     designer = Designer([without_docstring(STARTER.code), VARIANT])
-    as_stage(ctx, "documents", lambda run: documents.run(run, None))
-    as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), designer, Memory.seeded()))
-    as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, designer))
-    as_stage(ctx, "novelty", lambda run: novelty.run(run, None))
+    designed_and_checked(ctx, designer)
     return ctx, designer
 
 

@@ -10,7 +10,7 @@ import random
 
 import pytest
 from agents import InOrder
-from samples import as_stage
+from samples import designed_and_checked
 
 from spade_core.config import load_config
 from spade_core.design import REPAIR_PARAMETERS
@@ -19,9 +19,6 @@ from spade_core.memory import Memory
 from spade_core.mutation import choose_parent
 from spade_core.parameters import parameter_block, parameters_of
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages import documents, novelty
-from spade_core.pipeline.stages.design import design
-from spade_core.pipeline.stages.validate import validate_shard
 from spade_core.store import Store
 from spade_core.verdicts import final_designs
 
@@ -63,10 +60,7 @@ def generation(tmp_path_factory: pytest.TempPathFactory) -> tuple[GenerationCont
     cfg = load_config("tiny", overrides=overrides)
     ctx = GenerationContext(cfg, Store(str(root)), "par", 3)  # generation 3's skill window: spatial reasoning
     designer = InOrder([COPY, VARIANT, TOO_FEW, REPAIRED])
-    as_stage(ctx, "documents", lambda run: documents.run(run, None))
-    as_stage(ctx, "design", lambda run: design(run, run.read("documents", ["documents"]), designer, Memory.seeded()))
-    as_stage(ctx, "validate", lambda run: validate_shard(run, run.read_shard("designs", "design", 0), 0, designer))
-    as_stage(ctx, "novelty", lambda run: novelty.run(run, None))
+    designed_and_checked(ctx, designer)
     return ctx, designer
 
 
