@@ -6,7 +6,9 @@ the production order, the production model leases, asynchronous generations as i
 store, as the runs ``selfplay`` and ``selfplay-ablation``. Per generation and run it prints, from the store:
 
 - design attempts (every attempt's verdict), valid designs (their final verdict), designs scored (a
-  ``designer_rewards`` row not dropped), designer samples trained (the steps' checkpoint summaries);
+  ``designer_rewards`` row not dropped), designer samples trained (``train_samples`` rows of the role: a
+  sample is there only when a step kept it, so one with advantage 0 dropped by
+  ``training.drop_zero_advantage`` is not counted);
 - the mean raw designer reward of the scored designs (``designer_rewards.raw``: the blend in ``tiny``);
 - the share of the pool whose step-0 win rate lies in the band [0.15, 0.85];
 - the agent's no-hint win rate over the generation's plays;
@@ -16,10 +18,15 @@ and as the last line
     blend_first=A blend_last=B ablation_first=C ablation_last=D valid_rate=V minutes=M
 
 (``n/a`` where no design was scored). ``spade report selfplay --baseline selfplay-ablation --store S``
-then draws the two designer curves. The pool and plays are cut from ``tiny`` so that both runs fit in
-about an hour on two cores (``--set`` changes anything):
+then draws the two designer curves.
 
-    .venv/bin/python benchmarks/selfplay.py [--generations 3] [--store DIR] [--set key=value ...]
+The two runs go side by side, each in its own process with one torch thread (``model.threads=1``, its
+trainer too): on this CPU a generating batch keeps one core busy and leaves the other mostly idle, so two
+one-thread runs take about the wall time of one two-thread run, under the same conditions for both arms
+(``--serial`` runs them one after the other with the machine's threads). The pool and plays are cut from
+``tiny`` so that both runs fit in an hour on two cores (``--set`` changes anything):
+
+    .venv/bin/python benchmarks/selfplay.py [--generations 4] [--store DIR] [--serial] [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -33,31 +40,33 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 import argparse
 import math
+import subprocess
 import tempfile
 import threading
 import time
 from typing import Any
 
 from spade_core.catalog import query
-from spade_core.checkpoints import checkpoint_complete, read_marker
 from spade_core.config import SpadeConfig, load_config
 from spade_core.markers import StageRecord, list_markers
 from spade_core.pipeline.local import run_run
 from spade_core.pipeline.runner import Watcher
 from spade_core.pipeline.stage import Stage
-from spade_core.steps import first_step
 from spade_core.store import Store
 from spade_core.verdicts import final_verdicts
 
 RUNS = {"trained": "selfplay", "ablation": "selfplay-ablation"}
 BAND = (0.15, 0.85)
-# Cut from tiny so that 2 x G generations fit in about an hour here: a smaller pool, shorter plays.
+# Cut from tiny so that 2 x G generations fit in an hour here: a smaller pool, shorter plays.
 SMALLER = [
     "rollout.starter_envs=2",
     "rollout.replay_envs=1",
     "rollout.max_turns=3",
     "rollout.max_tokens_per_turn=32",
     "rollout.hint_max_words=24",
+    # As learning.py: tiny's 1e-6 (the paper's) barely moves a 135M model in a few steps; a designer that
+    # is to learn in G = 4 generations needs steps that change its replies.
+    "training.learning_rate=5e-5",
 ]
 T0 = time.perf_counter()
 
@@ -93,12 +102,13 @@ def generation_row(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> dic
     verdicts = final_verdicts(store, run_id, gen)
     rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
     scored = rewards[~rewards["dropped"].astype(bool)] if not rewards.empty else rewards
-    first, k = first_step(cfg, gen), cfg.training.steps_per_generation
-    summaries = [
-        read_marker(store, run_id, s + 1).get("summary", {})
-        for s in range(first, first + k)
-        if checkpoint_complete(store, run_id, s + 1)
-    ]
+    # Trained = kept in a step's batch: a designer sample whose centred reward is 0 is dropped with the
+    # agent's zero-advantage samples (training.drop_zero_advantage), so the steps' summaries overcount.
+    trained = query(
+        store,
+        "select count(*) as n from train_samples where run_id = ? and gen = ? and role = 'designer'",
+        [run_id, gen],
+    ).n[0]
     pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id"])
     scores = store.read_table("env_scores", run_id, gen, stages=["score"], columns=["env_id", "win_rate"])
     played = scores[scores["env_id"].isin(set(pool["env_id"]))].drop_duplicates("env_id")["win_rate"].dropna()
@@ -113,7 +123,7 @@ def generation_row(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> dic
         "attempts": attempts,
         "valid": int(verdicts["ok"].sum()) if not verdicts.empty else 0,
         "scored": len(scored),
-        "designer_samples": sum(int(s.get("designer_samples") or 0) for s in summaries),
+        "designer_samples": int(trained),
         "blend": float(scored["raw"].mean()) if len(scored) else math.nan,
         "in_band": float(played.between(*BAND).mean()) if len(played) else math.nan,
         "win_rate": float(wins) if wins is not None else math.nan,
@@ -146,11 +156,51 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def run_arm(root: str, arm: str, generations: int, extra: list[str]) -> list[dict[str, Any]]:
+    """One arm's generations through the local runner, here; its per-generation rows."""
+    cfg = config(root, arm == "trained", extra)
+    store = Store.from_config(cfg.store)
+    run_id = RUNS[arm]
+    started = time.perf_counter()
+    log(f"{run_id}: designer.train={cfg.designer.train}, model.threads={cfg.model.threads}, config {cfg.config_hash()}")
+    run_run(cfg, store, run_id, list(range(1, generations + 1)), watch=Logged())
+    log(f"{run_id}: {(time.perf_counter() - started) / 60:.1f} min")
+    return arm_rows(root, arm, generations, extra)
+
+
+def arm_rows(root: str, arm: str, generations: int, extra: list[str]) -> list[dict[str, Any]]:
+    cfg = config(root, arm == "trained", extra)
+    store = Store.from_config(cfg.store)
+    return [generation_row(cfg, store, RUNS[arm], g) for g in range(1, generations + 1)]
+
+
+def side_by_side(root: str, arms: list[str], generations: int, extra: list[str]) -> None:
+    """Each arm in a child process of this script (``--only ARM``, one torch thread), logging to
+    ``ROOT/ARM.log``; an arm that fails is an error naming its log."""
+    os.makedirs(root, exist_ok=True)
+    children = {}
+    for arm in arms:
+        path = os.path.join(root, f"{arm}.log")
+        command = [sys.executable, os.path.abspath(__file__), "--only", arm, "--store", root]
+        command += ["--generations", str(generations), "--serial", "--set", "model.threads=1"]
+        command += [x for item in extra for x in ("--set", item)]
+        with open(path, "w") as out:
+            children[arm] = (subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), path)
+        log(f"{RUNS[arm]}: started (pid {children[arm][0].pid}, log {path})")
+    for arm, (child, path) in children.items():
+        if child.wait() != 0:
+            raise SystemExit(f"error: the {arm} run exited with {child.returncode}; see {path}")
+        log(f"{RUNS[arm]}: done")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--generations", "-g", type=int, default=3, help="G: generations per run (default 3).")
+    parser.add_argument("--generations", "-g", type=int, default=4, help="G: generations per run (default 4).")
     parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
     parser.add_argument("--only", choices=sorted(RUNS), default=None, help="Run only one of the two runs.")
+    parser.add_argument(
+        "--serial", action="store_true", help="Run the arms here, one after the other (default: side by side)."
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="Extra config override.")
     args = parser.parse_args()
     if args.generations < 1:
@@ -158,18 +208,16 @@ def main() -> int:
     root = args.store or tempfile.mkdtemp(prefix="spade-selfplay-")
     load = os.getloadavg()[0]
     log(f"store {root}; {args.generations} generations per run; load average {load:.2f}")
+    arms = [arm for arm in RUNS if args.only in (None, arm)]
     results: dict[str, list[dict[str, Any]]] = {}
-    for arm, run_id in RUNS.items():
-        if args.only and arm != args.only:
-            continue
-        cfg = config(root, arm == "trained", args.set)
-        store = Store.from_config(cfg.store)
-        started = time.perf_counter()
-        log(f"{run_id}: designer.train={cfg.designer.train}, config {cfg.config_hash()}")
-        run_run(cfg, store, run_id, list(range(1, args.generations + 1)), watch=Logged())
-        results[arm] = [generation_row(cfg, store, run_id, g) for g in range(1, args.generations + 1)]
-        log(f"{run_id}: {(time.perf_counter() - started) / 60:.1f} min")
-        print(f"\n{run_id} (designer.train={cfg.designer.train}):\n{table(results[arm])}\n", flush=True)
+    if args.serial:
+        for arm in arms:
+            results[arm] = run_arm(root, arm, args.generations, args.set)
+    else:
+        side_by_side(root, arms, args.generations, args.set)
+        results = {arm: arm_rows(root, arm, args.generations, args.set) for arm in arms}
+    for arm in arms:
+        print(f"\n{RUNS[arm]} (designer.train={arm == 'trained'}):\n{table(results[arm])}\n", flush=True)
 
     def ends(arm: str) -> tuple[str, str]:
         rows = results.get(arm, [])
