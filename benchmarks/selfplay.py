@@ -199,7 +199,9 @@ def main() -> int:
     parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
     parser.add_argument("--only", choices=sorted(RUNS), default=None, help="Run only one of the two runs.")
     parser.add_argument(
-        "--serial", action="store_true", help="Run the arms here, one after the other (default: side by side)."
+        "--serial",
+        action="store_true",
+        help="Run the arms in this process, one after the other (default: side by side; --only runs here).",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="Extra config override.")
     args = parser.parse_args()
@@ -210,7 +212,7 @@ def main() -> int:
     log(f"store {root}; {args.generations} generations per run; load average {load:.2f}")
     arms = [arm for arm in RUNS if args.only in (None, arm)]
     results: dict[str, list[dict[str, Any]]] = {}
-    if args.serial:
+    if args.serial or len(arms) == 1:
         for arm in arms:
             results[arm] = run_arm(root, arm, args.generations, args.set)
     else:
