@@ -156,16 +156,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_arm(root: str, arm: str, generations: int, extra: list[str]) -> list[dict[str, Any]]:
-    """One arm's generations through the local runner, here; its per-generation rows."""
+def run_arm(root: str, arm: str, generations: int, extra: list[str]) -> None:
+    """One arm's generations through the local runner, in this process."""
     cfg = config(root, arm == "trained", extra)
-    store = Store.from_config(cfg.store)
     run_id = RUNS[arm]
     started = time.perf_counter()
     log(f"{run_id}: designer.train={cfg.designer.train}, model.threads={cfg.model.threads}, config {cfg.config_hash()}")
-    run_run(cfg, store, run_id, list(range(1, generations + 1)), watch=Logged())
+    run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, generations + 1)), watch=Logged())
     log(f"{run_id}: {(time.perf_counter() - started) / 60:.1f} min")
-    return arm_rows(root, arm, generations, extra)
 
 
 def arm_rows(root: str, arm: str, generations: int, extra: list[str]) -> list[dict[str, Any]]:
@@ -211,13 +209,12 @@ def main() -> int:
     load = os.getloadavg()[0]
     log(f"store {root}; {args.generations} generations per run; load average {load:.2f}")
     arms = [arm for arm in RUNS if args.only in (None, arm)]
-    results: dict[str, list[dict[str, Any]]] = {}
     if args.serial or len(arms) == 1:
         for arm in arms:
-            results[arm] = run_arm(root, arm, args.generations, args.set)
+            run_arm(root, arm, args.generations, args.set)
     else:
         side_by_side(root, arms, args.generations, args.set)
-        results = {arm: arm_rows(root, arm, args.generations, args.set) for arm in arms}
+    results = {arm: arm_rows(root, arm, args.generations, args.set) for arm in arms}
     for arm in arms:
         print(f"\n{RUNS[arm]} (designer.train={arm == 'trained'}):\n{table(results[arm])}\n", flush=True)
 
