@@ -42,7 +42,8 @@ test-system-deps:
 	  echo "error: the report test needs $(TEST_SYSTEM_PACKAGES); run: sudo apt-get install -y $(TEST_SYSTEM_PACKAGES)" >&2; exit 1; \
 	fi
 
-$(STAMP): pyproject.toml constraints.txt | system-deps
+# The Makefile is a prerequisite too: its --no-deps lines below install packages of their own.
+$(STAMP): pyproject.toml constraints.txt Makefile | system-deps
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.12 (pyenv install 3.12)" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q 'pip==26.3'
