@@ -250,6 +250,7 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
     signal = summary.zero_variance_groups < len(batch.groups())
     if cfg.training.drop_zero_advantage and signal:  # no KL term (checked at load): compute, no gradient
         batch, summary.dropped_samples = batch.without_zero_advantage()
+        summary.agent_samples, summary.designer_samples = len(batch.samples(AGENT)), len(batch.samples(DESIGNER))
         summary.tokens_trained = sum(x.trained_tokens for x in batch.samples())
     state = OptimizerState(optimizer_state_dir(store, run_id, parent))
     return _run_trainer(cfg, store, model_path, tokenizer, batch, summary, meta, state, started)

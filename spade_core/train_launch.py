@@ -44,7 +44,7 @@ class TrainSummary:
     step: int = 0  # the global step: trains checkpoint ``step``, writes checkpoint ``step + 1``
     kind: str | None = None  # full | lora | unchanged (see spade_core.checkpoints.KINDS)
     steps: int = 0  # optimizer steps taken (1, or 0 when nothing was trained)
-    agent_samples: int = 0
+    agent_samples: int = 0  # samples in the update: those left out (dropped_samples) are not counted
     designer_samples: int = 0
     zero_variance_groups: int = 0
     padded_samples: int = 0  # zero-mask copies that fill the last micro-batch

@@ -348,6 +348,20 @@ def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tm
     assert store.read_table("train_metrics", run_id=RUN).empty
 
 
+def test_the_summary_counts_the_samples_of_the_update_not_those_left_out(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A designer reward centred to 0 (a design alone in its skill): drop_zero_advantage leaves it out, and the
+    # summary's designer count says so (it counted the batch before the drop, showing designer samples trained).
+    store = Store(str(tmp_path))
+    frames = dict(micro_frames)
+    frames["designer_rewards"] = frames["designer_rewards"].assign(centred=0.0, reward=0.0)
+    _store_generation(store, frames)
+    summary = train_step(_cfg(str(tmp_path), model=micro_model_dir), store, RUN, GEN, 0)
+    assert summary.kind == "full" and summary.designer_samples == 0 and summary.dropped_samples >= 1, summary
+    trained = store.read_table("train_samples", run_id=RUN, gen=GEN)
+    assert len(trained) == summary.agent_samples + summary.designer_samples
+    assert set(trained["role"]) == {"agent"}
+
+
 def test_a_signal_free_step_still_steps_adamw_when_asked(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # The authors' optimizer steps whatever the advantages: with all of them 0 the gradient is 0, but AdamW's
     # decoupled weight decay still shrinks every decayed weight (lr 1e-4 x wd 0.1 = 1e-5 of each).
