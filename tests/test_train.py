@@ -348,7 +348,7 @@ def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tm
     assert store.read_table("train_metrics", run_id=RUN).empty
 
 
-def test_the_summary_counts_the_samples_of_the_update_not_those_left_out(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_summary_counts_only_the_samples_of_the_update(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # A designer reward centred to 0 (a design alone in its skill): drop_zero_advantage leaves it out, and the
     # summary's designer count says so (it counted the batch before the drop, showing designer samples trained).
     store = Store(str(tmp_path))
