@@ -349,8 +349,8 @@ def test_all_zero_variance_groups_are_reported_not_trained(generation_frames, tm
 
 
 def test_the_summary_counts_only_the_samples_of_the_update(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # A designer reward centred to 0 (a design alone in its skill): drop_zero_advantage leaves it out, and the
-    # summary's designer count says so (it counted the batch before the drop, showing designer samples trained).
+    # A designer reward centred to 0 (a design alone in its skill): drop_zero_advantage leaves it out, so the
+    # summary counts no designer sample, as the update's train_samples rows hold none.
     store = Store(str(tmp_path))
     frames = dict(micro_frames)
     frames["designer_rewards"] = frames["designer_rewards"].assign(centred=0.0, reward=0.0)
