@@ -27,6 +27,7 @@ one-thread runs take about the wall time of one two-thread run, under the same c
 ``tiny`` so that both runs fit in an hour on two cores (``--set`` changes anything):
 
     .venv/bin/python benchmarks/selfplay.py [--generations 4] [--store DIR] [--serial] [--set key=value ...]
+                                               [--keep-checkpoints]
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 import argparse
 import math
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -172,7 +174,16 @@ def arm_rows(root: str, arm: str, generations: int, extra: list[str]) -> list[di
     return [generation_row(cfg, store, RUNS[arm], g) for g in range(1, generations + 1)]
 
 
-def side_by_side(root: str, arms: list[str], generations: int, extra: list[str]) -> None:
+def drop_checkpoints(root: str, run_id: str) -> None:
+    """Delete run ``run_id``'s checkpoints under ``root`` (G = 6 left 35 GB of them on this machine's disk)."""
+    path = os.path.join(root, "checkpoints", f"run={run_id}")
+    if os.path.isdir(path):
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+        shutil.rmtree(path)
+        log(f"{run_id}: deleted its checkpoints ({size / 1e9:.1f} GB; --keep-checkpoints keeps them)")
+
+
+def side_by_side(root: str, arms: list[str], generations: int, extra: list[str], keep: bool) -> None:
     """Each arm in a child process of this script (``--only ARM``, one torch thread), logging to
     ``ROOT/ARM.log``; an arm that fails is an error naming its log."""
     os.makedirs(root, exist_ok=True)
@@ -181,7 +192,7 @@ def side_by_side(root: str, arms: list[str], generations: int, extra: list[str])
         path = os.path.join(root, f"{arm}.log")
         command = [sys.executable, os.path.abspath(__file__), "--only", arm, "--store", root]
         command += ["--generations", str(generations), "--serial", "--set", "model.threads=1"]
-        command += [x for item in extra for x in ("--set", item)]
+        command += [x for item in extra for x in ("--set", item)] + (["--keep-checkpoints"] if keep else [])
         with open(path, "w") as out:
             children[arm] = (subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), path)
         log(f"{RUNS[arm]}: started (pid {children[arm][0].pid}, log {path})")
@@ -202,6 +213,12 @@ def main() -> int:
         help="Run the arms in this process, one after the other (default: side by side; --only runs here).",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="Extra config override.")
+    parser.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="Keep the runs' checkpoints (1.6 GB per step and run in tiny: weights and AdamW state); by default "
+        "they are deleted once a run is read back (the tables and the report do not need them).",
+    )
     args = parser.parse_args()
     if args.generations < 1:
         parser.error(f"--generations must be >= 1, got {args.generations}")
@@ -213,8 +230,11 @@ def main() -> int:
         for arm in arms:
             run_arm(root, arm, args.generations, args.set)
     else:
-        side_by_side(root, arms, args.generations, args.set)
+        side_by_side(root, arms, args.generations, args.set, args.keep_checkpoints)
     results = {arm: arm_rows(root, arm, args.generations, args.set) for arm in arms}
+    if not args.keep_checkpoints:
+        for arm in arms:
+            drop_checkpoints(root, RUNS[arm])
     for arm in arms:
         print(f"\n{RUNS[arm]} (designer.train={arm == 'trained'}):\n{table(results[arm])}\n", flush=True)
 
