@@ -205,6 +205,12 @@ def samples_frame(batch: Batch, step: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _count(summary: TrainSummary, batch: Batch) -> None:
+    """The summary's sample and token counts: those of ``batch``, the samples the update is given."""
+    summary.agent_samples, summary.designer_samples = len(batch.samples(AGENT)), len(batch.samples(DESIGNER))
+    summary.tokens_trained = sum(x.trained_tokens for x in batch.samples())
+
+
 def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int) -> TrainSummary:
     """Step ``step`` (0..K-1) of generation ``gen``: train checkpoint ``s`` on the step's samples and write
     checkpoint ``s + 1`` (``s`` the global step).
@@ -229,13 +235,11 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
         gen,
         store.checkpoint_dir(run_id, s + 1),
         step=s,
-        agent_samples=len(batch.samples(AGENT)),
-        designer_samples=len(batch.samples(DESIGNER)),
         zero_variance_groups=batch.zero_signal_groups(),
         skipped_episodes=batch.skipped_episodes,
         trimmed_samples=batch.trimmed,
-        tokens_trained=sum(x.trained_tokens for x in batch.samples()),
     )
+    _count(summary, batch)
     meta: dict[str, Any] = {"parent_step": parent, "base_model": cfg.model.name_or_path}
     if not batch.samples():
         summary.skipped_reason = "no trainable samples (no valid no-hint episodes and no designs)"
@@ -250,8 +254,7 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
     signal = summary.zero_variance_groups < len(batch.groups())
     if cfg.training.drop_zero_advantage and signal:  # no KL term (checked at load): compute, no gradient
         batch, summary.dropped_samples = batch.without_zero_advantage()
-        summary.agent_samples, summary.designer_samples = len(batch.samples(AGENT)), len(batch.samples(DESIGNER))
-        summary.tokens_trained = sum(x.trained_tokens for x in batch.samples())
+        _count(summary, batch)
     state = OptimizerState(optimizer_state_dir(store, run_id, parent))
     return _run_trainer(cfg, store, model_path, tokenizer, batch, summary, meta, state, started)
 
