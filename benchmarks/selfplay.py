@@ -41,7 +41,6 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 import argparse
 import math
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -174,12 +173,12 @@ def arm_rows(root: str, arm: str, generations: int, extra: list[str]) -> list[di
     return [generation_row(cfg, store, RUNS[arm], g) for g in range(1, generations + 1)]
 
 
-def drop_checkpoints(root: str, run_id: str) -> None:
-    """Delete run ``run_id``'s checkpoints under ``root`` (G = 6 left 35 GB of them on this machine's disk)."""
-    path = os.path.join(root, "checkpoints", f"run={run_id}")
-    if os.path.isdir(path):
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-        shutil.rmtree(path)
+def drop_checkpoints(store: Store, run_id: str) -> None:
+    """Delete run ``run_id``'s checkpoints (G = 6 left 35 GB of them on this machine's disk)."""
+    path = os.path.dirname(store.checkpoint_dir(run_id, 1))  # checkpoints/run=RUN_ID/
+    if store.exists(path):
+        size = store.fs.du(path)
+        store.remove_dir(path)
         log(f"{run_id}: deleted its checkpoints ({size / 1e9:.1f} GB; --keep-checkpoints keeps them)")
 
 
@@ -234,7 +233,7 @@ def main() -> int:
     results = {arm: arm_rows(root, arm, args.generations, args.set) for arm in arms}
     if not args.keep_checkpoints:
         for arm in arms:
-            drop_checkpoints(root, RUNS[arm])
+            drop_checkpoints(Store(root), RUNS[arm])
     for arm in arms:
         print(f"\n{RUNS[arm]} (designer.train={arm == 'trained'}):\n{table(results[arm])}\n", flush=True)
 
