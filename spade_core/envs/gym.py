@@ -1,4 +1,4 @@
-"""``JailedEnv``: a jailed environment as a real ``gymnasium.Env`` with printable ``Text`` spaces.
+"""``JailedEnv``: a jailed environment as a real ``gymnasium.Env`` with text spaces (:class:`AnyText`).
 
     from spade_core.envs.gym import register
     register()
@@ -6,6 +6,12 @@
 
 Unlike the pipeline (which records failures as rows), a Gymnasium user expects exceptions: a failing
 call raises :class:`JailedEnvError` carrying the sandbox's ``error_type``.
+
+Seeding follows Gymnasium's contract: ``reset(seed=s)`` hands ``s`` to the environment as it is (the episode
+``spade env play --seed s`` shows), and seeds the wrapper's ``np_random``; a seedless ``reset()`` hands the
+environment the next seed drawn from ``np_random``, so a seed given once fixes every later episode (vector
+autoresets included). A design still implements ``reset(seed=None)`` as a fresh random instance: the
+pipeline drives it through :class:`~sandbox.session.EnvSession`, never through this wrapper.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from sandbox.policy import JailLimits
 from sandbox.session import EnvSession
 
 ENV_ID = "spade/Jailed-v0"
-MAX_TEXT = 65536
+# Seeds drawn for seedless resets stay below 2**31: every design's `random.Random(seed)` takes any int, and a
+# small one is what a person retypes into `spade env play --seed`.
+EPISODE_SEED_BOUND = 2**31
 
 
 class JailedEnvError(RuntimeError):
@@ -33,10 +41,39 @@ class JailedEnvError(RuntimeError):
         self.error_type = error_type
 
 
+class AnyText(spaces.Text):
+    """A ``Text`` space that contains every string within its length bounds, whatever its characters.
+
+    Gymnasium's ``Text`` contains only strings over its charset, but an observation is whatever text the
+    environment writes (accents, arrows, degree signs) and the contract has ``step`` accept any string, so
+    membership checks the length alone. ``sample`` still draws from the printable charset: a charset of all
+    of Unicode would build a table of a million characters, and random printable strings are what the
+    validator feeds ``step`` too.
+    """
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __eq__(self, other: object, /) -> bool:
+        return isinstance(other, AnyText) and super().__eq__(other)
+
+    def __repr__(self) -> str:
+        return f"AnyText({self.min_length}, {self.max_length})"
+
+
+def text_space(limits: JailLimits | None) -> AnyText:
+    """The space of the text that crosses the jail: no longer than one reply frame can carry."""
+    max_length = (limits or JailLimits()).max_message_bytes
+    return AnyText(max_length=max_length, min_length=0, charset=string.printable)
+
+
 class JailedEnv(gymnasium.Env[str, str]):
     """A generated (or seed) environment running in nsjail, driven through the Gymnasium API."""
 
-    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012 - Gymnasium's convention
+    # Gymnasium's render checker asks every env that declares render modes for a frame rate. An ``ansi`` frame
+    # is returned to the caller, never redrawn on a clock, so the rate is nominal (Gymnasium's toy-text games,
+    # which render ``ansi`` too, declare 4).
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 - Gymnasium's convention
 
     def __init__(
         self,
@@ -49,6 +86,8 @@ class JailedEnv(gymnasium.Env[str, str]):
     ) -> None:
         if (code is None) == (path is None):
             raise ValueError("JailedEnv needs exactly one of code= or path=")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']} or None")
         if path is not None:
             if not Path(path).is_file():
                 raise FileNotFoundError(f"environment file {str(path)!r} does not exist")
@@ -57,13 +96,14 @@ class JailedEnv(gymnasium.Env[str, str]):
         self.code = code
         self.max_turns = max_turns
         self.render_mode = render_mode
-        self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=string.printable)
-        self.action_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=string.printable)
+        self.observation_space = text_space(limits)
+        self.action_space = text_space(limits)
         self._session = EnvSession(code, max_turns=max_turns, limits=limits, call_timeout_s=call_timeout_s)
         self._opened = False
         self._last_obs = ""
         self.tools: list[dict[str, Any]] = []
         self.kind: str | None = None
+        self.episode_seed: int | None = None
 
     def _check(self, result: CallResult) -> dict[str, Any]:
         if not result.ok:
@@ -71,12 +111,20 @@ class JailedEnv(gymnasium.Env[str, str]):
         return result.data
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        """Start an episode and return its first observation and info.
+
+        Args:
+            seed: The environment's seed for this episode, which also seeds ``np_random``; None draws the
+                episode's seed from ``np_random`` (kept in :attr:`episode_seed`).
+            options: Ignored: the contract's ``reset`` takes a seed only.
+        """
         super().reset(seed=seed)
         if not self._opened:
             self._check(self._session.open())
             self._opened = True
             self.tools, self.kind = self._session.tools, self._session.kind
-        data = self._check(self._session.reset(seed))
+        self.episode_seed = seed if seed is not None else int(self.np_random.integers(EPISODE_SEED_BOUND))
+        data = self._check(self._session.reset(self.episode_seed))
         self._last_obs = data["obs"]
         return data["obs"], dict(data.get("info") or {})
 
