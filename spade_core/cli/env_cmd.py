@@ -1,4 +1,4 @@
-"""``spade validate`` and ``spade env play``: environment files, always run inside the jail."""
+"""``spade validate``, ``spade env play`` and ``spade env check``: environment files, always run inside the jail."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import typer
 
 from sandbox.session import EnvSession, Replay
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, clean_errors, resolve
+from spade_core.envs.gym_check import check_jailed_env
 from spade_core.validate import limits_from_config, validate_many
 
 env_app = typer.Typer(help="Play and inspect environment files (in the jail).", no_args_is_help=True)
@@ -139,3 +140,38 @@ def _interactive(session: EnvSession, seed: int | None) -> None:
         if d["terminated"] or d["truncated"]:
             typer.echo(f"episode over after {total_turns} turn(s); return={d['reward'] if d['terminated'] else 0.0}")
             return
+
+
+@env_app.command("check")
+@clean_errors
+def check(
+    paths: Annotated[list[Path], typer.Argument(help="Environment .py files.")],
+    preset: PresetOpt = "tiny",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Run Gymnasium's own checker (gymnasium.utils.env_checker.check_env) on environment files in the jail.
+
+    Each file is made as a Gymnasium user makes it, gymnasium.make("spade/Jailed-v0", code=...), with the
+    validation section's max_turns and jail limits; check_env then runs on it with its render and close
+    checks. One line per finding: "warn" for a warning Gymnasium logged, "FAIL" for the error that stopped
+    the check; "ok" when a file has none. Exit code 0 when no file has a finding, else 1.
+
+    This is the Gymnasium user's view; admission to the pipeline is decided by `spade validate`'s checks.
+    """
+    cfg = resolve(preset, config, overrides)
+    sources = read_env_files(paths)
+    clean = True
+    for path, code in zip(paths, sources, strict=True):
+        findings = check_jailed_env(
+            code=code,
+            max_turns=cfg.validation.max_turns,
+            limits=limits_from_config(cfg.validation),
+            call_timeout_s=cfg.validation.call_timeout_s,
+        )
+        for finding in findings:
+            typer.echo(f"{'FAIL' if finding.level == 'error' else 'warn'} {path}: {finding.message}")
+        if not findings:
+            typer.echo(f"ok   {path}")
+        clean = clean and not findings
+    raise typer.Exit(0 if clean else 1)
