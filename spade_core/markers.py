@@ -8,9 +8,10 @@ Every stage (or shard of a stage) that finishes writes a small JSON marker LAST,
 A marker records what the stage wrote (files with their sizes and digests, row counts, a content digest), the
 digests of the input markers it depended on, the run's artifact hash, its wall time and its model calls. A
 stage is reused (not run again, no model loaded) when its marker exists with the same input digests and
-artifact hash and every file it lists is in the store with its recorded size
+artifact hash and every file it lists is in the store with its recorded size and digest
 (:mod:`spade_core.pipeline.verify`); anything else runs the stage again, which overwrites its own
-deterministic files.
+deterministic files. A marker file that does not read as the marker of its place (:func:`parse_marker`)
+counts as damaged, never as an error: it is listed as such and its stage runs again.
 
 Markers are store content: the pipeline writes them, and readers outside it (the final verdicts of
 :mod:`spade_core.verdicts`, which the trainer subprocess reads, the report, the timeline, the CLI) take the
@@ -20,14 +21,21 @@ files they list, so this module imports nothing of :mod:`spade_core.pipeline`.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from spade_core.config import SpadeConfig
 from spade_core.hashing import short_hash
 from spade_core.store import Store
+
+log = logging.getLogger(__name__)
+
+_MARKER_PLACE = re.compile(r"/gen=(?P<gen>\d+)/stages/(?P<name>[^/]+)\.json$")
 
 # Settings that change how a run executes, not what it writes: free to change between generations.
 EXECUTION_ONLY = ("task_runner", "dask_address", "retries", "retry_delay_s", "generation_devices", "training_devices")
@@ -44,8 +52,8 @@ class StageRecord(BaseModel):
     digest: str
     inputs: dict[str, str] = Field(default_factory=dict)
     files: dict[str, list[str]] = Field(default_factory=dict)
-    # Each listed file's size in bytes and the digest of its bytes: reuse checks the sizes against one
-    # listing of each directory, ``spade verify --deep`` the digests (empty in markers older than them).
+    # Each listed file's size in bytes and the digest of its bytes: reuse checks both (sizes against one
+    # listing of each directory; empty in markers older than them).
     sizes: dict[str, int] = Field(default_factory=dict)
     file_digests: dict[str, str] = Field(default_factory=dict)
     rows: dict[str, int] = Field(default_factory=dict)
@@ -109,12 +117,58 @@ def write_marker(store: Store, record: StageRecord) -> str:
     return path
 
 
-def read_marker(store: Store, run_id: str, gen: int, stage: str, shard: int | None = None) -> StageRecord | None:
-    """The marker of one stage (or shard), or None when it has not finished."""
-    path = marker_path(store, run_id, gen, stage, shard)
+@dataclass(frozen=True)
+class BadMarker:
+    """A marker file that is not a marker of its place: not JSON, not a :class:`StageRecord`, or a record of
+    another run, generation or stage. It counts as damaged: its stage is not done and runs again."""
+
+    gen: int
+    name: str  # the stage instance with its shard, from the file name: ``rollout-s0-1``
+    path: str
+    reason: str
+
+    def line(self) -> str:
+        return f"gen {self.gen} {self.name}: {self.path} {self.reason}"
+
+
+@dataclass
+class MarkerScan:
+    """Every marker file of a run: the valid ones, ``{gen: {stage[-shard]: record}}``, and the damaged ones."""
+
+    records: dict[int, dict[str, StageRecord]] = field(default_factory=dict)
+    bad: list[BadMarker] = field(default_factory=list)
+
+
+def parse_marker(data: bytes, run_id: str, gen: int, name: str) -> StageRecord:
+    """The record in a marker file's bytes, checked against the place it was found at.
+
+    Raises:
+        ValueError: the bytes are not a marker, or the marker names another run, generation or stage
+            (one line).
+    """
     try:
-        return StageRecord.model_validate_json(store.read_bytes(path))
+        record = StageRecord.model_validate_json(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error.get("loc", ())) or "the file"
+        raise ValueError(f"is not a valid stage marker ({where}: {error.get('msg', 'invalid')})") from None
+    found = (record.run_id, record.gen, record.name)
+    if found != (run_id, gen, name):
+        raise ValueError(f"is the marker of run {found[0]!r} gen {found[1]} {found[2]}, not of its place")
+    return record
+
+
+def read_marker(store: Store, run_id: str, gen: int, stage: str, shard: int | None = None) -> StageRecord | None:
+    """The marker of one stage (or shard), or None when it has not finished. A damaged marker
+    (:class:`BadMarker`) counts as not finished: one logged line says so, and the stage runs again."""
+    path = marker_path(store, run_id, gen, stage, shard)
+    name = stage if shard is None else f"{stage}-{shard}"
+    try:
+        return parse_marker(store.read_bytes(path), run_id, gen, name)
     except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        log.warning("run %s gen %d %s: %s %s: the stage counts as not done", run_id, gen, name, path, exc)
         return None
 
 
@@ -127,16 +181,31 @@ def listed_files(
     record = record or read_marker(store, run_id, gen, stage)
     if record is None:
         return None
-    return [store.locate(path) for path in record.files.get(table, [])]
+    return [store.confine(path) for path in record.files.get(table, [])]
 
 
 def list_markers(store: Store, run_id: str) -> dict[int, dict[str, StageRecord]]:
-    """Every marker of a run: ``{gen: {stage[-shard]: record}}``."""
-    out: dict[int, dict[str, StageRecord]] = {}
-    for path in store.fs.glob(f"{store.run_dir(run_id)}/gen=*/stages/*.json"):
-        record = StageRecord.model_validate_json(store.fs.cat_file(path))
-        out.setdefault(record.gen, {})[record.name] = record
-    return out
+    """Every valid marker of a run: ``{gen: {stage[-shard]: record}}`` (:func:`scan_markers` also names the
+    damaged ones)."""
+    return scan_markers(store, run_id).records
+
+
+def scan_markers(store: Store, run_id: str) -> MarkerScan:
+    """Every marker file of a run, read once: the valid records and the damaged files (:class:`BadMarker`)."""
+    scan = MarkerScan()
+    for path in sorted(store.fs.glob(f"{store.run_dir(run_id)}/gen=*/stages/*.json")):
+        place = _MARKER_PLACE.search(path)
+        if place is None:  # a directory named gen=x: not a generation the pipeline writes
+            continue
+        gen, name = int(place["gen"]), place["name"]
+        shown = f"s3://{path}" if store.is_s3 and not path.startswith("s3://") else path
+        try:
+            record = parse_marker(store.fs.cat_file(path), run_id, gen, name)
+        except ValueError as exc:
+            scan.bad.append(BadMarker(gen, name, shown, str(exc)))
+            continue
+        scan.records.setdefault(gen, {})[name] = record
+    return scan
 
 
 def now() -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import io
 import os
 import re
@@ -185,6 +186,27 @@ class Store:
                 return self.path(top, path.rsplit(f"/{top}/", 1)[1])
         return path
 
+    def confine(self, path: str) -> str:
+        """A path a marker recorded, located under this store's root (:meth:`locate`) and confined to it.
+
+        Raises:
+            StoreError: the path has a ``.`` or ``..`` part, lies outside ``tables/``, ``checkpoints/`` and
+                ``runs/`` under the root, or (a local store) goes through a symbolic link.
+
+        >>> Store("/tmp/s").confine("/tmp/s/tables/pool/../../../etc/hostname")
+        Traceback (most recent call last):
+        ...
+        spade_core.store.StoreError: '/tmp/s/tables/pool/../../../etc/hostname' is outside the store /tmp/s
+        """
+        located = self.locate(path)
+        root = self.base.rstrip("/") + "/"
+        parts = located[len(root) :].split("/") if located.startswith(root) else []
+        if not parts or parts[0] not in ("tables", "checkpoints", "runs") or {"", ".", ".."} & set(parts):
+            raise StoreError(f"{path!r} is outside the store {self.base}")
+        if not self.is_s3 and os.path.realpath(located) != located:
+            raise StoreError(f"{path!r} goes through a symbolic link out of the store's own files")
+        return located
+
     # -- bytes --------------------------------------------------------------------------------------
     def write_bytes(self, path: str, data: bytes) -> None:
         """Atomically write ``data`` to ``path`` (temp + rename locally; one PUT on S3)."""
@@ -210,6 +232,12 @@ class Store:
     def read_bytes(self, path: str) -> bytes:
         _count("read")
         return self.fs.cat_file(path)
+
+    def file_digest(self, path: str) -> str:
+        """The first 16 hex of the sha256 of a file's bytes (:class:`WrittenFile`'s ``digest``), read in chunks."""
+        _count("read")
+        with self.fs.open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()[:16]
 
     def exists(self, path: str) -> bool:
         _count("list")
@@ -370,19 +398,27 @@ class Store:
         return pd.concat(frames, ignore_index=True)
 
     def file_sizes(self, directory: str) -> dict[str, int]:
-        """``{path: size}`` of the files directly in ``directory`` (one fresh listing, never a cached one;
-        a missing directory lists nothing). Paths are spelt as the store writes them (``s3://`` on S3)."""
+        """``{path: size}`` of the files directly in ``directory``; see :meth:`file_stamps`."""
+        return {path: size for path, (size, _) in self.file_stamps(directory).items()}
+
+    def file_stamps(self, directory: str) -> dict[str, tuple[int, str]]:
+        """``{path: (size, stamp)}`` of the files directly in ``directory`` (one fresh listing, never a cached
+        one; a missing directory lists nothing); the stamp changes when the file is rewritten (the local
+        mtime, the S3 ETag; empty when the listing has neither). Paths are spelt as the store writes them
+        (``s3://`` on S3)."""
         _count("list")
         try:
             entries = self.fs.ls(directory, detail=True, refresh=True)
         except FileNotFoundError:
             return {}
-        out = {}
+        out: dict[str, tuple[int, str]] = {}
         for entry in entries:
             if entry.get("type") == "directory":
                 continue
             name = str(entry["name"])
-            out[f"s3://{name}" if self.is_s3 and not name.startswith("s3://") else name] = int(entry.get("size") or 0)
+            stamp = str(entry.get("ETag") or entry.get("mtime") or "")
+            key = f"s3://{name}" if self.is_s3 and not name.startswith("s3://") else name
+            out[key] = (int(entry.get("size") or 0), stamp)
         return out
 
     def has_table(self, table: str) -> bool:

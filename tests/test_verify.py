@@ -106,21 +106,22 @@ def _check_verify(root: str, corrupt: Path | None, records: list[StageRecord], s
     runner = CliRunner()
     clean = runner.invoke(app, ["verify", "r", "--store", root, "--deep"])
     assert clean.exit_code == 0, clean.output
-    assert f"{len(records)} markers, {len(records) + 1} files checked (deep): 0 damaged markers" in clean.stdout
+    assert f"{len(records)} markers, {len(records) + 1} files checked (digests and schemas): 0 damaged" in clean.stdout
     first = records[0].files["documents"][0]
     third = records[2].files["documents"][0]
     store.remove_file(first)
     data = store.read_bytes(third)
-    store.write_bytes(third, bytes(len(data)))  # same size, other bytes: only --deep sees it
+    store.write_bytes(third, bytes(len(data)))  # same size, other bytes: only the digest sees it
     if corrupt is not None:
         assert corrupt.stat().st_size == len(data)
-    shallow = runner.invoke(app, ["verify", "r", "--store", root])
-    assert shallow.exit_code == 1 and shallow.stdout.count("damaged: ") == 1, shallow.output
-    assert f"damaged: gen 1 documents: {store.locate(first)} is missing" in shallow.stdout
-    deep = runner.invoke(app, ["verify", "r", "--store", root, "--deep"])
-    assert deep.exit_code == 1 and deep.stdout.count("damaged: ") == 2, deep.output
-    assert f"{records[2].name}: {store.locate(third)} has changed since its stage wrote it" in deep.stdout
-    repaired = runner.invoke(app, ["verify", "r", "--store", root, "--deep", "--repair"])
+    quick = runner.invoke(app, ["verify", "r", "--store", root, "--quick"])
+    assert quick.exit_code == 1 and quick.stdout.count("damaged: ") == 1, quick.output
+    assert f"damaged: gen 1 documents: {store.locate(first)} is missing" in quick.stdout
+    for args in ([], ["--deep"]):
+        found = runner.invoke(app, ["verify", "r", "--store", root, *args])
+        assert found.exit_code == 1 and found.stdout.count("damaged: ") == 2, found.output
+        assert f"{records[2].name}: {store.locate(third)} has changed since its stage wrote it" in found.stdout
+    repaired = runner.invoke(app, ["verify", "r", "--store", root, "--repair"])
     assert repaired.exit_code == 0, repaired.output
     # Every stage depends on the one before it: the damaged first one takes them all.
     left = list_markers(store, "r").get(1, {})

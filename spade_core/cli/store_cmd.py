@@ -1,10 +1,11 @@
 """The commands that read a run's state from the store alone (its stage markers), not from Prefect.
 
 - ``spade status RUN_ID``: which stages of which generations are done, and the command that continues;
-- ``spade verify RUN_ID``: are the files every stage marker of a run lists still in the store, whole?
-  One line per problem and a summary; exit 1 when something is wrong. ``--deep`` also reads every file
-  (digest, and that it opens with its table's schema); ``--repair`` removes the markers of the damaged
-  stages and of every stage after them (:func:`spade_core.pipeline.verify.dependants`), so that
+- ``spade verify RUN_ID``: are the stage markers of a run readable, and the files they list still in the
+  store, whole (size and digest)? One line per problem and a summary; exit 1 when something is wrong.
+  ``--quick`` checks sizes only, ``--deep`` also that every file opens with its table's schema; a marker
+  that later markers name as their input but that is gone is reported as missing. ``--repair`` removes the
+  damaged markers and those of every stage after them (:func:`spade_core.pipeline.verify.dependants`), so that
   ``spade resume`` redoes exactly those (docs/DESIGN.md §10, "Verified reuse").
 """
 
@@ -16,11 +17,18 @@ import typer
 
 from spade_core.cli.common import StoreOpt, clean_errors, open_store
 from spade_core.config import StoreConfig
-from spade_core.markers import list_markers, marker_path
+from spade_core.markers import marker_path, scan_markers
 from spade_core.pipeline.run_config import stored_config
 from spade_core.pipeline.status import generation_complete, generation_phase, next_generation, run_status
 from spade_core.pipeline.status import stage_names as stages_for
-from spade_core.pipeline.verify import Listings, Problem, deep_problems, dependants, file_problems
+from spade_core.pipeline.verify import (
+    Listings,
+    Problem,
+    dependants,
+    file_problems,
+    missing_inputs,
+    schema_problems,
+)
 from spade_core.store import Store
 
 
@@ -50,48 +58,66 @@ def status(
 def verify(
     run_id: Annotated[str, typer.Argument(help="The run to check.")],
     store: StoreOpt = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Sizes only: do not read the files to check their digests.")
+    ] = False,
     deep: Annotated[
-        bool, typer.Option("--deep", help="Also read every file: its digest and that it opens as its table.")
+        bool, typer.Option("--deep", help="Also check that every Parquet file opens as its table.")
     ] = False,
     repair: Annotated[
         bool,
         typer.Option("--repair", help="Remove the markers of damaged stages and their dependants; then spade resume."),
     ] = False,
 ) -> None:
-    """Check that every file the stage markers of a run list exists with its recorded size (and, with
-    --deep, its recorded digest and table schema). Exit 1 when a file is damaged.
+    """Check every stage marker of a run: it reads as a marker, and every file it lists lies in the store with
+    its recorded size and digest (--quick: sizes only; --deep: also its table schema); a marker that later
+    markers name as their input is there. Exit 1 when something is damaged.
 
-    Example: spade verify demo --deep --repair && spade resume demo
+    Example: spade verify demo --repair && spade resume demo
     """
     st = Store(store or StoreConfig().root)
-    markers = list_markers(st, run_id)
-    if not markers:
+    scan = scan_markers(st, run_id)
+    markers = scan.records
+    if not markers and not scan.bad:
         raise FileNotFoundError(f"run {run_id!r} has no stage markers in the store {st.base}")
     listings: Listings = {}
-    problems: list[Problem] = []
+    problems: list[Problem] = [Problem(bad.gen, bad.name, bad.path, bad.reason) for bad in scan.bad]
     files = 0
     for gen in sorted(markers):
         for record in markers[gen].values():
             files += sum(len(paths) for paths in record.files.values())
-            found = file_problems(st, record, listings)
-            if deep:
-                found += deep_problems(st, record)
+            found = file_problems(st, record, listings, content=not quick)
+            if deep:  # a file already found damaged is not opened again
+                found += [p for p in schema_problems(st, record) if p.path not in {f.path for f in found}]
             problems += found
+    missing = missing_inputs(st, run_id, scan)
     for problem in problems:
         typer.echo(f"damaged: {problem.line()}")
-    count = sum(len(records) for records in markers.values())
+    for problem in missing:
+        typer.echo(f"missing: {problem.line()}")
+    count = sum(len(records) for records in markers.values()) + len(scan.bad)
     damaged = {(p.gen, p.marker) for p in problems}
-    kind = "deep" if deep else "sizes"
-    typer.echo(f"run {run_id}: {count} markers, {files} files checked ({kind}): {len(damaged)} damaged markers")
-    if not problems:
+    kind = "sizes" if quick else "digests and schemas" if deep else "digests"
+    typer.echo(
+        f"run {run_id}: {count} markers, {files} files checked ({kind}): {len(damaged)} damaged markers"
+        + (f", {len(missing)} missing markers" if missing else "")
+    )
+    if not problems and not missing:
         return
     if repair:
         removed = sorted(dependants(markers, damaged))
+        bad = {(b.gen, b.name): b.path for b in scan.bad}
         for gen, name in removed:
-            record = markers[gen][name]
-            st.remove_file(marker_path(st, run_id, gen, record.stage, record.shard))
+            if (gen, name) in bad:
+                st.remove_file(bad[gen, name])
+            else:
+                record = markers[gen][name]
+                st.remove_file(marker_path(st, run_id, gen, record.stage, record.shard))
         typer.echo(f"removed {len(removed)} markers: " + ", ".join(f"gen {g} {n}" for g, n in removed))
-        typer.echo(f"next: spade resume {run_id}  (redoes exactly those stages)")
+        typer.echo(f"next: spade resume {run_id}  (redoes exactly those stages and the missing ones)")
         return
-    typer.echo(f"repair: spade verify {run_id} --repair, then spade resume {run_id}")
+    if problems:
+        typer.echo(f"repair: spade verify {run_id} --repair, then spade resume {run_id}")
+    else:  # a missing marker's stage runs again on resume; those after it follow through their input digests
+        typer.echo(f"next: spade resume {run_id}  (redoes the missing stages)")
     raise typer.Exit(1)

@@ -6,7 +6,7 @@ records it takes as inputs (of this generation, and of generation ``gen - 1``), 
 The Prefect flow, ``spade status`` and the local runner all iterate :data:`spade_core.pipeline.registry.STAGES`.
 
 :func:`execute` is the resume rule (docs/DESIGN.md §10): the stage's marker, when it exists with the same
-input digests and artifact hash and every file it lists is still in the store with its recorded size, is
+input digests and artifact hash and every file it lists is still in the store with its recorded size and digest, is
 returned with ``status="reused"`` and no model is loaded; otherwise the body runs (overwriting its own
 deterministic files) and the marker is written LAST. A marker whose files are damaged is run again with one
 logged line naming the file and why; the stages after it follow through their input digests.

@@ -8,8 +8,10 @@ lists is intact.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from spade_core.config import SpadeConfig
-from spade_core.markers import StageRecord, list_markers
+from spade_core.markers import MarkerScan, StageRecord, scan_markers
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.verify import Listings, file_problems
 from spade_core.stage_names import STEP_STAGES, instance_name
@@ -23,18 +25,28 @@ def stage_names(cfg: SpadeConfig, gen: int) -> list[str]:
 
 def generation_stages(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, str]:
     """``{stage: 'done' | 'damaged' | 'k/n shards' | 'partial' | 'todo'}`` for one generation."""
-    markers = list_markers(store, run_id).get(gen, {})
-    return _stage_states(cfg, gen, markers, store)
+    scan = scan_markers(store, run_id)
+    return _stage_states(cfg, gen, scan.records.get(gen, {}), store, _bad_names(scan, gen))
 
 
-def _stage_states(cfg: SpadeConfig, gen: int, markers: dict[str, StageRecord], store: Store) -> dict[str, str]:
+def _bad_names(scan: MarkerScan, gen: int) -> set[str]:
+    return {bad.name for bad in scan.bad if bad.gen == gen}
+
+
+def _stage_states(
+    cfg: SpadeConfig, gen: int, markers: dict[str, StageRecord], store: Store, bad: Collection[str] = ()
+) -> dict[str, str]:
     """Each stage's state from the generation's markers. A stage whose marker (or a shard's) lists a file
-    that is missing or has another size is ``damaged``: not done, so a run or resume redoes it (one listing
-    per directory, shared by the generation's markers)."""
+    that is missing, has another size or another digest, or whose marker file is damaged (``bad``: the
+    names of those markers), is ``damaged``: not done, so a run or resume redoes it (one listing per
+    directory, shared by the generation's markers)."""
     listings: Listings = {}
     broken = {m.stage for m in markers.values() if file_problems(store, m, listings)}
     states = {}
     for stage in stage_names(cfg, gen):
+        if any(name == stage or _is_shard_of(name, stage) for name in bad):
+            states[stage] = "damaged"
+            continue
         if stage in markers:
             states[stage] = "damaged" if stage in broken else "done"
             continue
@@ -44,14 +56,20 @@ def _stage_states(cfg: SpadeConfig, gen: int, markers: dict[str, StageRecord], s
     return states
 
 
+def _is_shard_of(name: str, stage: str) -> bool:
+    """Whether the marker name ``name`` is a shard of ``stage`` (``rollout-s0-3`` of ``rollout-s0``)."""
+    return name.startswith(f"{stage}-") and name[len(stage) + 1 :].isdigit()
+
+
 def generation_complete(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> bool:
     return all(state == "done" for state in generation_stages(store, cfg, run_id, gen).values())
 
 
 def run_status(store: Store, cfg: SpadeConfig, run_id: str) -> dict[int, dict[str, str]]:
     """Stage states of every generation the run has started, in order."""
-    markers = list_markers(store, run_id)
-    return {g: _stage_states(cfg, g, markers[g], store) for g in sorted(markers)}
+    scan = scan_markers(store, run_id)
+    gens = sorted(set(scan.records) | {bad.gen for bad in scan.bad})
+    return {g: _stage_states(cfg, g, scan.records.get(g, {}), store, _bad_names(scan, g)) for g in gens}
 
 
 def generation_phase(cfg: SpadeConfig, gen: int, states: dict[str, str]) -> str:
@@ -75,8 +93,10 @@ def generation_phase(cfg: SpadeConfig, gen: int, states: dict[str, str]) -> str:
 
 def next_generation(store: Store, cfg: SpadeConfig, run_id: str) -> int:
     """The first generation (from 1) that is not complete: where a new or resumed flow run starts."""
-    markers = list_markers(store, run_id)
+    scan = scan_markers(store, run_id)
     gen = 1
-    while gen in markers and all(s == "done" for s in _stage_states(cfg, gen, markers[gen], store).values()):
+    while gen in scan.records and all(
+        s == "done" for s in _stage_states(cfg, gen, scan.records[gen], store, _bad_names(scan, gen)).values()
+    ):
         gen += 1
     return gen

@@ -1,13 +1,17 @@
 """Whether the files a stage marker lists are still in the store, whole (docs/DESIGN.md §10, "Verified reuse").
 
 A marker is written LAST, so when it exists its files were complete at that moment. What can happen
-afterwards is outside the pipeline: a file deleted, truncated or replaced (a partial sync, a disk error, a
-user's ``rm``). Two checks, by cost:
+afterwards is outside the pipeline: a file deleted, truncated, replaced or changed in place (a partial sync,
+a disk error, a user's ``rm``), a marker cut short, or a marker edited to name a file elsewhere. The checks:
 
-- :func:`file_problems` (every reuse, ``spade verify``): each listed file exists with its recorded size;
-  one fresh listing per directory, shared across the markers of a run through ``listings``;
-- :func:`deep_problems` (``spade verify --deep``): the digest of each file's bytes equals the recorded one
-  and each Parquet file opens with its table's schema.
+- :func:`file_problems` (every reuse, ``spade status``, ``spade verify``): each listed file lies inside the
+  store (:meth:`~spade_core.store.Store.confine`: no ``..``, no path elsewhere, no symbolic link), exists
+  with its recorded size (one fresh listing per directory, shared through ``listings``) and has its recorded
+  digest (the sha256 of its bytes, read in chunks; ``content=False`` skips it: ``spade verify --quick``). A
+  file's digest is computed once per process for one (path, size, stamp): the whole-stage marker of a
+  sharded stage lists its shards' files again, and ``spade status`` asks about each generation twice;
+- :func:`schema_problems` (``spade verify --deep``): each Parquet file opens with its table's schema;
+- :func:`missing_inputs`: markers that a later marker names as its input but that are gone.
 
 :func:`dependants` closes a set of damaged markers over the markers whose input digests name them (the
 stages after them, in this generation and the next): ``spade verify --repair`` removes exactly those, so
@@ -18,17 +22,18 @@ from __future__ import annotations
 
 import io
 import posixpath
+import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
-from spade_core.hashing import short_hash
-from spade_core.markers import StageRecord
+from spade_core.markers import MarkerScan, StageRecord, stages_dir
 from spade_core.schemas import SCHEMAS
-from spade_core.store import Store
+from spade_core.store import Store, StoreError
 
-Listings = dict[str, dict[str, int]]  # directory -> {path: size}, one listing each
+Listings = dict[str, dict[str, tuple[int, str]]]  # directory -> {path: (size, stamp)}, one listing each
 
 
 @dataclass(frozen=True)
@@ -56,45 +61,69 @@ def listed_files(record: StageRecord) -> list[tuple[str, str]]:
     return [(table, path) for table in sorted(record.files) for path in record.files[table]]
 
 
-def file_problems(store: Store, record: StageRecord, listings: Listings | None = None) -> list[Problem]:
-    """The files of ``record`` that are missing or whose size differs from the recorded one.
+def file_problems(
+    store: Store, record: StageRecord, listings: Listings | None = None, *, content: bool = True
+) -> list[Problem]:
+    """The files of ``record`` that lie outside the store, are missing, or whose size or digest differs from
+    the recorded one (``content=False``: sizes only).
 
-    A marker written before sizes were recorded is checked for existence only. ``listings`` caches one
+    A marker written before sizes (digests) were recorded is checked without them. ``listings`` caches one
     listing per directory across calls (pass the same dict for the markers of one run).
     """
     listings = {} if listings is None else listings
     problems = []
     for _, recorded in listed_files(record):
-        path = store.locate(recorded)
+        try:
+            path = store.confine(recorded)
+        except StoreError as exc:
+            problems.append(Problem(record.gen, record.name, recorded, str(exc).removeprefix(f"{recorded!r} ")))
+            continue
         directory = posixpath.dirname(path)
         if directory not in listings:
-            listings[directory] = store.file_sizes(directory)
-        size = listings[directory].get(path)
+            listings[directory] = store.file_stamps(directory)
+        found = listings[directory].get(path)
         expected = record.sizes.get(recorded)
-        if size is None:
+        if found is None:
             problems.append(Problem(record.gen, record.name, path, "is missing"))
-        elif expected is not None and size != expected:
-            problems.append(Problem(record.gen, record.name, path, f"has {size} bytes, its marker recorded {expected}"))
+        elif expected is not None and found[0] != expected:
+            reason = f"has {found[0]} bytes, its marker recorded {expected}"
+            problems.append(Problem(record.gen, record.name, path, reason))
+        elif content and record.file_digests.get(recorded) not in (None, _digest(store, path, found)):
+            problems.append(Problem(record.gen, record.name, path, "has changed since its stage wrote it (digest)"))
     return problems
 
 
-def deep_problems(store: Store, record: StageRecord) -> list[Problem]:
-    """The files of ``record`` whose bytes differ from the recorded digest or that do not open as their table.
+_DIGESTS: dict[tuple[str, int, str], str] = {}
+_DIGESTS_LOCK = threading.Lock()
 
-    Missing files are :func:`file_problems`' to report; here they are passed over.
+
+def _digest(store: Store, path: str, found: tuple[int, str]) -> str:
+    """The digest of a file's bytes, once per process for one (path, size, stamp) of a fresh listing."""
+    key = (path, *found)
+    with _DIGESTS_LOCK:
+        known = _DIGESTS.get(key) if found[1] else None
+    if known is not None:
+        return known
+    digest = store.file_digest(path)
+    if found[1]:
+        with _DIGESTS_LOCK:
+            _DIGESTS[key] = digest
+    return digest
+
+
+def schema_problems(store: Store, record: StageRecord) -> list[Problem]:
+    """The Parquet files of ``record`` that do not open as their table (``spade verify --deep``).
+
+    Files outside the store, missing or changed are :func:`file_problems`' to report; here they are passed over.
     """
     problems = []
     for table, recorded in listed_files(record):
-        path = store.locate(recorded)
-        try:
-            data = store.read_bytes(path)
-        except FileNotFoundError:
-            continue
-        expected = record.file_digests.get(recorded)
-        if expected is not None and short_hash(data) != expected:
-            problems.append(Problem(record.gen, record.name, path, "has changed since its stage wrote it (digest)"))
-            continue
         if table not in SCHEMAS:  # a checkpoint's marker file: its digest is the check
+            continue
+        try:
+            path = store.confine(recorded)
+            data = store.read_bytes(path)
+        except (StoreError, FileNotFoundError):
             continue
         try:
             pq.read_table(io.BytesIO(data), schema=SCHEMAS[table])
@@ -102,6 +131,33 @@ def deep_problems(store: Store, record: StageRecord) -> list[Problem]:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             problems.append(Problem(record.gen, record.name, path, f"does not open as table {table!r}: {first}"))
     return problems
+
+
+def missing_inputs(store: Store, run_id: str, scan: MarkerScan) -> list[Problem]:
+    """One problem per marker of this run that a marker names as its input but that is not in the store (a
+    damaged marker file is reported as itself, not here).
+
+    The stage runs again on the next ``spade run``; the markers after it follow through their input digests.
+    """
+    present = {f"gen{g}/{name}" for g, records in scan.records.items() for name in records}
+    present |= {f"gen{bad.gen}/{bad.name}" for bad in scan.bad}
+    wanted: dict[str, str] = {}
+    for gen in sorted(scan.records):
+        for name, record in scan.records[gen].items():
+            for key in record.inputs:
+                wanted.setdefault(key, f"gen {gen} {name}")
+    problems = []
+    for key in sorted(set(wanted) - present):
+        place = _INPUT_KEY.match(key)
+        if place is None:
+            continue
+        gen, name = int(place["gen"]), place["name"]
+        path = f"{stages_dir(store, run_id, gen)}/{name}.json"
+        problems.append(Problem(gen, name, path, f"is missing (the marker of {wanted[key]} names it as its input)"))
+    return problems
+
+
+_INPUT_KEY = re.compile(r"^gen(?P<gen>\d+)/(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)$")
 
 
 def dependants(markers: dict[int, dict[str, StageRecord]], damaged: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:

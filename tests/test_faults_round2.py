@@ -1,0 +1,193 @@
+"""Faults, round 2: attacks on a finished generation's store that used to be reused, crash a command or pass
+unseen. Each test is named after the attack and checks both ways: the damage is found (by ``spade verify``,
+``spade status`` and the next run), and the undamaged store stays quiet. The generation is
+tests/test_verify.py's model-free one, on a real store with real markers (local, and S3 on moto's server).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from test_verify import _generation, _rerun
+from typer.testing import CliRunner
+
+from spade_core.cli import app
+from spade_core.markers import StageRecord, list_markers, marker_path, read_marker
+from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.status import generation_stages, next_generation
+from spade_core.store import Store, StoreError
+
+runner = CliRunner()
+
+
+def _verify(root: str, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["verify", "r", "--store", root, *args])
+    return result.exit_code, result.output
+
+
+def _zero_middle(store: Store, path: str, n: int = 64) -> None:
+    """Overwrite ``n`` bytes in the middle of a file with zeros: same size, other bytes."""
+    data = bytearray(store.read_bytes(path))
+    middle = len(data) // 2
+    data[middle : middle + n] = bytes(n)
+    store.write_bytes(path, bytes(data))
+
+
+def _edit_marker(ctx: GenerationContext, record: StageRecord, **update: object) -> None:
+    """Rewrite a marker in place with some fields changed (what a hand edit or a forged marker does)."""
+    path = marker_path(ctx.store, "r", 1, record.stage, record.shard)
+    ctx.store.write_text(path, record.model_copy(update=update).model_dump_json(indent=1))
+
+
+# -- 1. reuse verifies content --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_same_size_corruption_in_the_middle_of_a_file_is_found_and_the_stage_runs_again(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    if where == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        root = request.getfixturevalue("s3_bucket")
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+        request.addfinalizer(lambda: os.environ.pop("AWS_ENDPOINT_URL", None))
+        ctx, records = _generation(root, endpoint)
+    else:
+        root = str(tmp_path)
+        ctx, records = _generation(root)
+    # Untouched: every check is quiet and every stage is reused.
+    assert _verify(root)[0] == 0 and next_generation(ctx.store, ctx.cfg, "r") == 2
+    assert _rerun(ctx, records) == ["reused"] * len(records)
+    target = records[1].files["documents"][0]
+    _zero_middle(ctx.store, target)
+    code, out = _verify(root)
+    assert code == 1 and f"damaged: gen 1 {records[1].name}: {target} has changed since" in out, out
+    assert _verify(root, "--quick")[0] == 0  # sizes alone cannot see it: that is what --quick is for
+    assert generation_stages(ctx.store, ctx.cfg, "r", 1)[records[1].stage] == "damaged"
+    with caplog.at_level(logging.WARNING, logger="spade_core.pipeline.stage"):
+        statuses = _rerun(ctx, records)
+    assert statuses == ["reused", "ran"] + ["reused"] * (len(records) - 2)
+    assert f"gen 1 {records[1].name}: {target} has changed since its stage wrote it (digest)" in caplog.text
+    assert _verify(root)[0] == 0
+
+
+def test_a_deleted_marker_that_a_later_marker_names_is_reported_missing(tmp_path: Path) -> None:
+    ctx, records = _generation(str(tmp_path))
+    middle = records[len(records) // 2]
+    assert "missing" not in _verify(str(tmp_path))[1]
+    ctx.store.remove_file(marker_path(ctx.store, "r", 1, middle.stage))
+    code, out = _verify(str(tmp_path))
+    after = records[len(records) // 2 + 1]
+    assert code == 1, out
+    assert f"missing: gen 1 {middle.name}: " in out and "names it as its input" in out and after.name in out
+    assert "0 damaged markers, 1 missing markers" in out and "next: spade resume r" in out
+    # The run redoes the stage; its files come back byte for byte, so the stages after it are reused.
+    m = len(records) // 2
+    assert _rerun(ctx, records) == ["reused"] * m + ["ran"] + ["reused"] * (len(records) - m - 1)
+    assert _verify(str(tmp_path))[0] == 0
+
+
+def _outside_copy(tmp_path: Path, path: str) -> str:
+    """A byte-for-byte copy of a store file outside the store (right size, right digest)."""
+    outside = tmp_path.parent / f"{tmp_path.name}-outside" / Path(path).name
+    outside.parent.mkdir(exist_ok=True)
+    shutil.copyfile(path, outside)
+    return str(outside)
+
+
+@pytest.mark.parametrize("forgery", ["absolute path elsewhere", "dot-dot", "symbolic link"])
+def test_a_marker_naming_a_file_outside_the_store_is_damaged(forgery: str, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    ctx, records = _generation(str(root))
+    record = records[0]
+    original = record.files["documents"][0]
+    outside = _outside_copy(tmp_path, original)
+    assert _verify(str(root))[0] == 0 and len(ctx.read("documents", ["documents"])) == 5
+    if forgery == "symbolic link":  # the listed path is the store's own, but the file is a link out of it
+        os.remove(original)
+        os.symlink(outside, original)
+        forged = original
+    else:
+        climb = f"{root}/tables/documents/../../../{Path(outside).parent.name}/{Path(outside).name}"
+        forged = outside if forgery == "absolute path elsewhere" else climb
+        files = {"documents": [forged, *record.files["documents"][1:]]}
+        sizes = {forged if p == original else p: s for p, s in record.sizes.items()}
+        digests = {forged if p == original else p: d for p, d in record.file_digests.items()}
+        _edit_marker(ctx, record, files=files, sizes=sizes, file_digests=digests)
+    code, out = _verify(str(root))
+    assert code == 1 and f"damaged: gen 1 documents: {forged} " in out, out
+    assert "outside the store" in out or "symbolic link" in out
+    assert generation_stages(ctx.store, ctx.cfg, "r", 1)["documents"] == "damaged"
+    with pytest.raises(StoreError, match=r"outside the store|symbolic link"):
+        ctx.read("documents", ["documents"])
+    if forgery == "symbolic link":
+        os.remove(original)  # the stage writes its file again (a rename does not follow the link)
+    assert _rerun(ctx, records)[0] == "ran"
+    assert _verify(str(root))[0] == 0 and not os.path.islink(original)
+
+
+# -- 2. a damaged marker is data, not a crash -----------------------------------------------------------
+
+
+def _cut_marker(ctx: GenerationContext, record: StageRecord) -> str:
+    path = marker_path(ctx.store, "r", 1, record.stage, record.shard)
+    data = ctx.store.read_bytes(path)
+    ctx.store.write_bytes(path, data[: len(data) // 2])
+    return path
+
+
+def test_a_marker_cut_to_half_its_size_is_listed_as_damaged_by_every_command(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    ctx, records = _generation(root)
+    middle = records[len(records) // 2]
+    path = _cut_marker(ctx, middle)
+    for args in ([], ["--deep"], ["--quick"]):
+        code, out = _verify(root, *args)
+        assert code == 1 and f"damaged: gen 1 {middle.name}: {path} is not a valid stage marker" in out, out
+        assert "Traceback" not in out
+    status = runner.invoke(app, ["status", "r", "--store", root])
+    assert status.exit_code == 0 and f"{middle.name}:damaged" in status.stdout, status.output
+    assert "gen 1 incomplete" in status.stdout and "spade resume r" in status.stdout
+    assert read_marker(ctx.store, "r", 1, middle.stage) is None  # counts as not done, one logged line
+    # --repair removes it and the markers after it; the run redoes exactly those.
+    code, out = _verify(root, "--repair")
+    assert code == 0 and f"removed {len(records) - len(records) // 2} markers" in out, out
+    assert set(list_markers(ctx.store, "r")[1]) == {r.name for r in records[: len(records) // 2]}
+    assert _rerun(ctx, records) == ["reused"] * (len(records) // 2) + ["ran"] * (len(records) - len(records) // 2)
+    assert _verify(root)[0] == 0
+
+
+def test_a_damaged_marker_is_run_again_without_repair(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ctx, records = _generation(str(tmp_path))
+    path = _cut_marker(ctx, records[0])
+    with caplog.at_level(logging.WARNING, logger="spade_core.markers"):
+        statuses = _rerun(ctx, records)
+    assert statuses == ["ran"] + ["reused"] * (len(records) - 1)
+    assert f"{path} is not a valid stage marker" in caplog.text
+    assert _verify(str(tmp_path))[0] == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe not utf-8", b"[]", b'{"stage": 1}'])
+def test_a_marker_that_is_not_a_marker_is_one_damaged_line(content: bytes, tmp_path: Path) -> None:
+    ctx, records = _generation(str(tmp_path))
+    path = marker_path(ctx.store, "r", 1, records[-1].stage)
+    ctx.store.write_bytes(path, content)
+    code, out = _verify(str(tmp_path))
+    assert code == 1 and out.count("damaged: ") == 1 and f"{path} is not a valid stage marker" in out, out
+    assert generation_stages(ctx.store, ctx.cfg, "r", 1)[records[-1].stage] == "damaged"
+
+
+def test_a_marker_copied_onto_another_stage_is_damaged(tmp_path: Path) -> None:
+    ctx, records = _generation(str(tmp_path))
+    first, last = records[0], records[-1]
+    ctx.store.write_bytes(
+        marker_path(ctx.store, "r", 1, last.stage), ctx.store.read_bytes(marker_path(ctx.store, "r", 1, first.stage))
+    )
+    code, out = _verify(str(tmp_path))
+    assert code == 1 and f"is the marker of run 'r' gen 1 {first.name}, not of its place" in out, out
+    assert json.loads(ctx.store.read_bytes(marker_path(ctx.store, "r", 1, first.stage)))["stage"] == first.stage
