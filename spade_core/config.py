@@ -100,8 +100,20 @@ class ModelConfig(_Section):
     max_retries: int = Field(3, ge=0, description="Retries with backoff on transient model errors.")
     server_command: list[str] | None = Field(
         None,
-        description="backend=vllm: server launch template with {model} {host} {port} {dtype} "
-        "(None = vllm serve; any OpenAI-compatible server can stand in).",
+        description="backend=vllm: server launch template with {python} {model} {host} {port} {dtype} {seed} "
+        "(None = vLLM's OpenAI server from the engine's environment, built by 'make vllm-env').",
+    )
+    engine_kv_cache_gib: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="backend=vllm on a CPU: the engine's KV cache in whole GiB (VLLM_CPU_KVCACHE_SPACE); 1 GiB "
+        "holds ~45k tokens of the 135M model in bf16.",
+    )
+    engine_eager: bool | None = Field(
+        None,
+        description="backend=vllm: run without CUDA graphs / torch.compile (--enforce-eager); None = on a CPU "
+        "only, where the compile cache does not load and every start would recompile for minutes.",
     )
 
 
@@ -260,6 +272,13 @@ class RolloutConfig(_Section):
         "[off: every environment is built with max_turns; on in the paper presets, as the authors].",
     )
     max_tokens_per_turn: int = Field(512, gt=0, description="Agent tokens per turn.")
+    max_in_flight: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="Server backends (vllm, openai): episodes whose next request may be in flight at once; each "
+        "sends its next turn as soon as its jail answers (no batch barrier).",
+    )
     max_context_tokens: int = Field(4096, gt=0, description="Conversation token limit.")
     context_margin_tokens: int | None = Field(
         None,

@@ -1,11 +1,11 @@
 """Generation backends, each exercised for real: transformers on the tiny model, the openai client
 against real HTTP servers on loopback (`transformers serve`, and a scripted stdlib server for retries
-and refusals), and the vLLM supervisor with `transformers serve` standing in for `vllm serve`."""
+and refusals), and the server supervisor. The vllm backend is tested against the real engine in
+test_vllm_engine.py."""
 
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import json
 import re
 import subprocess
@@ -24,7 +24,7 @@ from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, ModelError, SamplingParams
 from spade_core.llm.embedded import resolve_model
 from spade_core.llm.openai_api import OpenAIGenerator
-from spade_core.llm.vllm_server import ServerProcess, VLLMGenerator
+from spade_core.llm.server_process import ServerProcess
 
 ASK = [{"role": "user", "content": "What is 2+3? Answer with \\boxed{}."}]
 TRANSFORMERS_SERVE = [
@@ -223,31 +223,6 @@ def test_openai_backend_against_transformers_serve(tiny_model_dir: str) -> None:
     finally:
         server.stop()
     assert not server.running
-
-
-@pytest.mark.slow
-def test_vllm_backend_supervises_a_stand_in_server(tiny_model_dir: str) -> None:
-    cfg = load_config("tiny", overrides=[f"model.name_or_path={tiny_model_dir}", "model.backend=vllm"]).model
-    gen = VLLMGenerator(cfg, server_command=TRANSFORMERS_SERVE, startup_timeout_s=180)
-    try:
-        first = gen.server
-        assert first is not None and first.running
-        out = gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=6))
-        assert out[0].error is None and out[0].text
-        gen.load_checkpoint(tiny_model_dir)  # a new checkpoint restarts the server
-        assert not first.running and gen.server is not first and gen.server.running
-        gen.server.stop()  # the server dies: the next call restarts it
-        assert gen.generate([GenerationRequest(messages=ASK)], SamplingParams(max_new_tokens=4))[0].error is None
-    finally:
-        gen.close()
-    assert gen.server is not None and not gen.server.running
-
-
-def test_vllm_backend_without_vllm_fails_clearly() -> None:
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed on this machine")
-    with pytest.raises(ModelError, match="backend 'vllm' needs vLLM, which is not installed"):
-        make_generator(load_config("tiny", overrides=["model.backend=vllm"]).model)
 
 
 def test_server_that_dies_at_startup_reports_its_log() -> None:

@@ -23,6 +23,7 @@ MAX_CONCURRENCY = 64
 
 class OpenAIGenerator:
     supports_token_prompts = False
+    streams = True  # serves concurrent requests: the rollout engine streams episodes to it
 
     def __init__(
         self,

