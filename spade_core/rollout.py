@@ -1,7 +1,10 @@
 """The rollout engine: many episodes against jailed environments, advanced together.
 
-Each turn, every live episode's next prompt goes to the generator in ONE batched call; finished episodes
-leave the batch; the environments then step in parallel (one long-lived jail per episode). Episode
+Against an in-process model (transformers), each turn every live episode's next prompt goes to the
+generator in ONE batched call; finished episodes leave the batch; the environments then step in parallel
+(one long-lived jail per episode). Against a server (vLLM, any OpenAI-compatible one: ``streams``) there is
+no batch barrier: each episode sends its next request as soon as its jail has answered, up to
+``rollout.max_in_flight`` at once, and the server batches whatever is in flight. Episode
 return per DESIGN.md §5 (the authors' ``spade/core/utils/rewards.py:47-50``): the last reward clamped to
 [-1, 1] if the episode terminated, else 0 (truncated, out of turns or out of context); each row says
 whether it ``terminated``. A failed environment or model call ends that episode with an ``error_type`` and
@@ -45,8 +48,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import threading
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +118,16 @@ class _Episode:
     def episode_return(self) -> float:
         """clamp(last reward, -1, 1) if the episode terminated cleanly, else 0 (:func:`episode_return`)."""
         return episode_return(self.rewards, self.terminated) if self.error_type is None else 0.0
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """An agent reply to play: the action for ``step``, or the tool calls to run outside it."""
+
+    episode: _Episode
+    action: str
+    calls: list[tuple[str, dict[str, Any]]]
+    eos: bool  # the reply ended with the end-of-turn token
 
 
 @dataclass
@@ -319,13 +334,13 @@ class RolloutEngine:
             episode.loss_mask[start:] = [0] * (len(episode.loss_mask) - start)
         return calls
 
-    def _play(self, episode: _Episode, action: str, calls: list[tuple[str, dict[str, Any]]]) -> list[CallResult]:
+    def _play(self, turn: _Turn) -> list[CallResult]:
         """Run one turn in the episode's jail: every call in order (stopping at a failed one), or one step."""
-        if not calls:
-            return [episode.session.step(action)]
+        if not turn.calls:
+            return [turn.episode.session.step(turn.action)]
         results = []
-        for name, arguments in calls:
-            results.append(episode.session.call_tool(name, arguments))
+        for name, arguments in turn.calls:
+            results.append(turn.episode.session.call_tool(name, arguments))
             if not results[-1].ok:
                 break
         return results
@@ -382,7 +397,25 @@ class RolloutEngine:
     def run(
         self, specs: Sequence[EpisodeSpec], on_turn: Callable[[int, int], None] | None = None
     ) -> list[dict[str, Any]]:
-        """Play every spec to the end; returns one ``episodes`` row per spec, in order."""
+        """Play every spec to the end; returns one ``episodes`` row per spec, in order.
+
+        A generator that serves requests concurrently (``streams``: the server backends) gets a stream:
+        every episode advances on its own (:meth:`_run_stream`); an in-process one gets one batched call
+        per turn (:meth:`_run_lockstep`). The rows are the same either way."""
+        if getattr(self.generator, "streams", False):
+            episodes = self._run_stream(specs, on_turn)
+        else:
+            episodes = self._run_lockstep(specs, on_turn)
+        rows = [self._row(e) for e in episodes]
+        self.stats.episodes += len(rows)
+        self.stats.generated_tokens += sum(e.generated_tokens for e in episodes)
+        for e in episodes:
+            if e.error_type:
+                self.stats.errors[e.error_type] = self.stats.errors.get(e.error_type, 0) + 1
+        return rows
+
+    def _run_lockstep(self, specs: Sequence[EpisodeSpec], on_turn: Callable[[int, int], None] | None) -> list[_Episode]:
+        """Each turn, every live episode's prompt in ONE batched call; then every environment steps."""
         episodes: list[_Episode] = []
         try:
             episodes = run_parallel(self._open_safely, specs, self.jail_workers)
@@ -393,26 +426,10 @@ class RolloutEngine:
                     break
                 completions = self.generator.generate([self._request(e) for e in live], self.sampling)
                 self.stats.generate_calls += 1
-                stepping: list[tuple[_Episode, str, list[tuple[str, dict[str, Any]]], bool]] = []
-                for episode, completion in zip(live, completions, strict=True):
-                    if completion.error is not None:
-                        episode.fail("model_error", completion.error)
-                        continue
-                    eos, cut, reply = self._record_reply(episode, completion)
-                    if self.cfg.end_without_eos and cut:
-                        episode.done = True  # cut at the token limit: truncated, unplayed, return 0
-                        continue
-                    stepping.append((episode, self._action(episode, reply), self._native_calls(episode, reply), eos))
-                results = run_parallel(
-                    lambda job: self._play(job[0], job[1], job[2]),
-                    stepping,
-                    min(MAX_STEP_WORKERS, max(1, len(stepping))),
-                )
-                for (episode, _, calls, eos), turn in zip(stepping, results, strict=True):
-                    if calls:
-                        self._record_tools(episode, calls, turn, eos)
-                    else:
-                        self._record_step(episode, turn[0], eos)
+                stepping = [t for e, c in zip(live, completions, strict=True) if (t := self._take_reply(e, c))]
+                results = run_parallel(self._play, stepping, min(MAX_STEP_WORKERS, max(1, len(stepping))))
+                for turn, result in zip(stepping, results, strict=True):
+                    self._record_turn(turn, result)
                 self._release([e for e in live if e.done])
                 self._count_prompts(completions)
                 self.stats.turns += 1
@@ -421,13 +438,69 @@ class RolloutEngine:
         finally:
             self._release(episodes)
             run_parallel(lambda e: e.session.close(), episodes, self.jail_workers)
-        rows = [self._row(e) for e in episodes]
-        self.stats.episodes += len(rows)
-        self.stats.generated_tokens += sum(e.generated_tokens for e in episodes)
-        for e in episodes:
-            if e.error_type:
-                self.stats.errors[e.error_type] = self.stats.errors.get(e.error_type, 0) + 1
-        return rows
+        return episodes
+
+    def _run_stream(self, specs: Sequence[EpisodeSpec], on_turn: Callable[[int, int], None] | None) -> list[_Episode]:
+        """Every episode on its own worker, up to ``rollout.max_in_flight`` at once: a reply goes to its jail
+        and the episode's next request goes out while the others are still decoding (no batch barrier; the
+        server batches whatever is in flight). Jails open ``jail_workers`` at a time."""
+        episodes: list[_Episode | None] = [None] * len(specs)
+        opening = threading.Semaphore(self.jail_workers)
+        lock = threading.Lock()
+        finished = [0]
+
+        def open_(spec: EpisodeSpec, attempt: int) -> _Episode:
+            with opening:
+                return self._open_safely(spec, attempt)
+
+        def play(index: int) -> None:
+            episode = episodes[index] = open_(specs[index], 0)
+            try:
+                while True:
+                    if is_env_error(episode.error_type) and episode.attempt < self.cfg.env_retries:
+                        episode.session.close()
+                        episode = episodes[index] = open_(episode.spec, episode.attempt + 1)
+                        with lock:
+                            self.stats.retries += 1
+                        continue
+                    if episode.done:
+                        break
+                    completion = self.generator.generate([self._request(episode)], self.sampling)[0]
+                    turn = self._take_reply(episode, completion)
+                    if turn is not None:
+                        self._record_turn(turn, self._play(turn))
+                    with lock:
+                        self.stats.generate_calls += 1
+                        self._count_prompts([completion])
+            finally:
+                episode.session.close()
+            with lock:
+                finished[0] += 1
+                if on_turn is not None:
+                    on_turn(finished[0], len(specs))
+
+        workers = max(1, min(self.cfg.max_in_flight, len(specs)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(play, range(len(specs))))
+        self.stats.turns += max((len(e.rewards) for e in episodes if e is not None), default=0)
+        return [e for e in episodes if e is not None]
+
+    def _take_reply(self, episode: _Episode, completion: Completion) -> _Turn | None:
+        """Record the agent's reply; the turn to play in the jail, or None when the episode ends here."""
+        if completion.error is not None:
+            episode.fail("model_error", completion.error)
+            return None
+        eos, cut, reply = self._record_reply(episode, completion)
+        if self.cfg.end_without_eos and cut:
+            episode.done = True  # cut at the token limit: truncated, unplayed, return 0
+            return None
+        return _Turn(episode, self._action(episode, reply), self._native_calls(episode, reply), eos)
+
+    def _record_turn(self, turn: _Turn, results: list[CallResult]) -> None:
+        if turn.calls:
+            self._record_tools(turn.episode, turn.calls, results, turn.eos)
+        else:
+            self._record_step(turn.episode, results[0], turn.eos)
 
     def _count_prompts(self, completions: Sequence[Completion]) -> None:
         self.stats.prompt_tokens += sum(c.prompt_tokens for c in completions)
