@@ -84,7 +84,8 @@ def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
         summary["markdown"] = publish_summary(store, summary, env_ids)
         return summary
     finally:
-        release_models(wait=False)  # a design chain of the next generation may still use its model
+        # a design chain of the next generation may still use its model; a vLLM engine stays for its checkpoint
+        release_models(wait=False, keep_reloadable=True)
 
 
 @flow(name="spade-design-chain", log_prints=True)
@@ -95,7 +96,7 @@ def design_chain(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any
     try:
         records, _ = run_pipeline(cfg, run_id, gen, chain_only=True)
     finally:
-        release_models(wait=False)
+        release_models(wait=False, keep_reloadable=True)
     return {
         "run_id": run_id,
         "gen": gen,

@@ -7,13 +7,16 @@ or merged once by :mod:`spade_core.checkpoints`), loads it on first use and keep
 in the same process. An in-process model (``transformers``) serves one stage at a time — shards of a
 stage then run one after another at full batch size, each finishing (and being kept) on its own —
 while server backends (``openai``, ``vllm``) take concurrent stages. Loading a newer checkpoint closes the
-models no stage holds. Before training on a device the generator shares (one GPU), the flow releases every
-model so the trainer gets the memory: the two take turns, the server restarting after the update.
+models no stage holds — except an idle vLLM server, which takes the new weights in place
+(:meth:`~spade_core.llm.vllm_server.VLLMGenerator.load_checkpoint`). Before training on a device the
+generator shares (one GPU), the flow releases every model so the trainer gets the memory: the two take
+turns, the server restarting after the update.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -48,14 +51,37 @@ def _load(model_cfg: Any, one_at_a_time: bool) -> tuple[str, Generator, threadin
         if one_at_a_time:
             _CHANGED.wait_for(lambda: _TURNS[0] == 0 and all(_idle(k) for k in _LOADED if k != key))
         if key not in _LOADED:
-            from spade_core.llm import make_generator
+            reloadable = _reloadable(key)
+            if reloadable is not None:  # the same server, the next checkpoint: its weights are swapped in place
+                _LOADED[key] = _LOADED.pop(reloadable)
+                _close(_evict(keep=key))
+                _LOADED[key][0].load_checkpoint(model_cfg.name_or_path)  # type: ignore[attr-defined]
+            else:
+                from spade_core.llm import make_generator
 
-            _close(_evict(keep=key))  # idle: nobody waits on their locks
-            in_process = model_cfg.backend == "transformers"
-            _LOADED[key] = (make_generator(model_cfg), threading.Lock() if in_process else None)
+                _close(_evict(keep=key))  # idle: nobody waits on their locks
+                in_process = model_cfg.backend == "transformers"
+                _LOADED[key] = (make_generator(model_cfg), threading.Lock() if in_process else None)
         _IN_USE[key] = _IN_USE.get(key, 0) + 1
         generator, exclusive = _LOADED[key]
     return key, generator, exclusive
+
+
+def _reloadable(key: str) -> str | None:
+    """A loaded model no lease holds that can take ``key``'s checkpoint in place: a server backend that
+    reloads weights (``load_checkpoint``) whose settings equal ``key``'s but for the checkpoint."""
+    wanted = json.loads(key)
+    wanted.pop("name_or_path")
+    for loaded in _LOADED:
+        settings = json.loads(loaded)
+        settings.pop("name_or_path")
+        if settings == wanted and _idle(loaded) and _reloads(loaded):
+            return loaded
+    return None
+
+
+def _reloads(key: str) -> bool:
+    return callable(getattr(_LOADED[key][0], "load_checkpoint", None))
 
 
 def _close(held: list[tuple[Generator, threading.Lock | None]]) -> None:
@@ -94,13 +120,15 @@ def lease_for(cfg: Any, store: Store, run_id: str, step: int) -> GeneratorLease:
     return lease
 
 
-def release_models(wait: bool = True) -> int:
+def release_models(wait: bool = True, keep_reloadable: bool = False) -> int:
     """Close the models this process holds: all of them once no stage uses one (``wait``), or only those no
-    stage holds now. Returns how many were closed."""
+    stage holds now. ``keep_reloadable`` keeps the servers that take the next checkpoint in place (a vLLM
+    engine on the CPU: its own process, reloaded in a second instead of restarted in a minute). Returns how
+    many were closed."""
     with _LOCK:
         if wait:
             _CHANGED.wait_for(lambda: all(_idle(k) for k in _LOADED))
-        held = _evict()
+        held = [_LOADED.pop(k) for k in list(_LOADED) if _idle(k) and not (keep_reloadable and _reloads(k))]
     _close(held)
     return len(held)
 
@@ -112,10 +140,11 @@ def device_turn(shared: bool) -> Iterator[None]:
     ``shared`` (the generator and the trainer share a GPU): no model loads from now until the stage ends;
     the stages holding one finish first, then every model is closed — the two take turns, and the
     generator is reloaded (a vLLM server restarted) afterwards. Otherwise (CPU, or separate devices) only
-    idle models are closed, so that a stage of the next generation running beside keeps its model.
+    idle models are closed, so that a stage of the next generation running beside keeps its model, and a
+    server that reloads weights in place stays up for the next checkpoint.
     """
     if not shared:
-        release_models(wait=False)
+        release_models(wait=False, keep_reloadable=True)
         yield
         return
     with _LOCK:

@@ -105,6 +105,7 @@ class LazyGenerator:
         self._inner: Generator | None = None
         self.calls = 0
         self.requests = 0
+        self.swaps: list[dict[str, Any]] = []
 
     @property
     def inner(self) -> Generator:
@@ -112,6 +113,8 @@ class LazyGenerator:
             if self._lease is None:
                 raise RuntimeError("this stage has no model lease but tried to call the model")
             self._inner = self._stack.enter_context(self._lease())
+            take = getattr(self._inner, "take_swaps", None)  # how the lease got its weights into a server
+            self.swaps = [swap.as_info() for swap in take()] if callable(take) else []
         return self._inner
 
     @property
@@ -231,7 +234,8 @@ def _resumable(
         seconds=round(time.perf_counter() - started, 3),
         model_calls=model.calls,
         model_requests=model.requests,
-        info=info,
+        # the weight swap is how this stage got its model, not what it computed: kept out of the digest
+        info={**info, "weight_swaps": model.swaps} if model.swaps else info,
         started_at=started_at,
         finished_at=now(),
         policy_step=policy_step,
