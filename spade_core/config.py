@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -55,8 +55,39 @@ class ConfigError(ValueError):
     """A configuration problem, with a one-line message naming the key and the bad value."""
 
 
+# Every number of the config has a range: those a field does not bound above (or below) are within ±NUMBER_LIMIT,
+# floats are finite, token budgets within TOKEN_LIMIT (the model's own context is known only once it loads).
+NUMBER_LIMIT = 1_000_000_000
+TOKEN_LIMIT = 1_048_576
+SEED_LIMIT = 2**32 - 1  # stages derive seeds from it (seed · 100003 + gen, + offsets) that torch takes as 64 bits
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_bounded(self) -> Self:
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            bounds = {type(m).__name__ for m in info.metadata}
+            if (not bounds & {"Le", "Lt"} and value > NUMBER_LIMIT) or (
+                not bounds & {"Ge", "Gt"} and value < -NUMBER_LIMIT
+            ):
+                raise ValueError(
+                    f"config key {_key_of(type(self), name)!r} has bad value {value!r}: every number of the config "
+                    f"is within ±{NUMBER_LIMIT:,}"
+                )
+        return self
+
+
+def _key_of(section: type[BaseModel], name: str) -> str:
+    """The dotted key of field ``name`` of a section (``training.learning_rate``), for messages."""
+    for key, info in SpadeConfig.model_fields.items():
+        if info.annotation is section:
+            return f"{key}.{name}"
+    return name
 
 
 class StoreConfig(_Section):
@@ -88,7 +119,7 @@ class ModelConfig(_Section):
         description="Top-k sampling [20]; None = off. The openai backend sends it as vLLM/SGLang's extra "
         "`top_k` field: set None for a server that rejects it.",
     )
-    max_new_tokens: int = Field(1024, gt=0, description="Tokens per generation call.")
+    max_new_tokens: int = Field(1024, gt=0, le=TOKEN_LIMIT, description="Tokens per generation call.")
     batch_size: int = Field(32, gt=0, description="Max sequences per batched generate call.")
     threads: int | None = Field(
         None,
@@ -175,7 +206,7 @@ class DesignerConfig(_Section):
         description="D: a generation's designs are trained D global steps after its first step, first in that "
         "step's batch [D = K]. Must be >= K, so the reward window is complete. None = K.",
     )
-    max_new_tokens: int = Field(2048, gt=0, description="Tokens per design.")
+    max_new_tokens: int = Field(2048, gt=0, le=TOKEN_LIMIT, description="Tokens per design.")
     train: bool = Field(True, description="False = the 'no designer training' ablation.")
     fixed_pool: str | None = Field(
         None,
@@ -238,7 +269,7 @@ class ValidationConfig(_Section):
         0.3, ge=0.0, le=2.0, description="Sampling temperature of the LLM validator [0.3, as the authors]."
     )
     llm_validator_max_new_tokens: int = Field(
-        16384, gt=0, description="Token budget of one LLM-validator judgement [16384, as the authors]."
+        16384, gt=0, le=TOKEN_LIMIT, description="Token budget of one LLM-validator judgement [16384, as the authors]."
     )
     disabled_checks: list[str] = Field(
         default_factory=list, description="Checks of 'full' mode to skip, by name (VALIDATION_CHECKS)."
@@ -271,7 +302,7 @@ class RolloutConfig(_Section):
         description="Each environment keeps its own max_turns (its constructor's default), capped at max_turns "
         "[off: every environment is built with max_turns; on in the paper presets, as the authors].",
     )
-    max_tokens_per_turn: int = Field(512, gt=0, description="Agent tokens per turn.")
+    max_tokens_per_turn: int = Field(512, gt=0, le=TOKEN_LIMIT, description="Agent tokens per turn.")
     max_in_flight: int = Field(
         64,
         ge=1,
@@ -279,7 +310,7 @@ class RolloutConfig(_Section):
         description="Server backends (vllm, openai): episodes whose next request may be in flight at once; each "
         "sends its next turn as soon as its jail answers (no batch barrier).",
     )
-    max_context_tokens: int = Field(4096, gt=0, description="Conversation token limit.")
+    max_context_tokens: int = Field(4096, gt=0, le=TOKEN_LIMIT, description="Conversation token limit.")
     context_margin_tokens: int | None = Field(
         None,
         ge=0,
@@ -329,7 +360,10 @@ class RolloutConfig(_Section):
     hint_max_words: int = Field(100, gt=0, description="Hint length limit [100 words].")
     hint_temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature of hints [0.3].")
     hint_max_new_tokens: int | None = Field(
-        None, gt=0, description="Token budget of a hint [4096 games, 2048 tool use]; None = 2 x hint_max_words."
+        None,
+        gt=0,
+        le=TOKEN_LIMIT,
+        description="Token budget of a hint [4096 games, 2048 tool use]; None = 2 x hint_max_words.",
     )
     replay_envs: int = Field(0, ge=0, description="Memory envs replayed per generation (PLR-style; 0 = paper).")
     hint_rewrites: int = Field(
@@ -347,6 +381,15 @@ class RolloutConfig(_Section):
     jail_time_limit_s: int = Field(
         3600, gt=0, description="Wall-clock limit of one episode's jail (it idles while the model generates)."
     )
+
+    @model_validator(mode="after")
+    def _turn_fits_the_context(self) -> RolloutConfig:
+        if self.max_tokens_per_turn > self.max_context_tokens:
+            raise ValueError(
+                f"rollout.max_tokens_per_turn {self.max_tokens_per_turn} must be <= rollout.max_context_tokens "
+                f"{self.max_context_tokens}: one reply has to fit the conversation"
+            )
+        return self
 
 
 # The designer reward variants (spade_core/designer_reward.py computes each; written here once).
@@ -422,7 +465,7 @@ class TrainingConfig(_Section):
         description="KL coefficient against the base model (checkpoint 0, model.name_or_path), Slime's low_var_kl: "
         "k3 clamped to ±10 per token (0 = no reference model is loaded) [0 games, 0.005 tool use].",
     )
-    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate [1e-6].")
+    learning_rate: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate [1e-6].")
     lr_schedule: Literal["constant", "constant_with_warmup"] = Field(
         "constant", description="Learning-rate schedule over the run's global steps [constant]."
     )
@@ -484,9 +527,12 @@ class EvaluationConfig(_Section):
     every: int = Field(0, ge=0, description="Evaluate every k generations (0 = never).")
     suites: list[SuiteName] = Field(default_factory=_default_suites, description="Suites to run (spade_core/eval/).")
     limit: int = Field(50, ge=1, description="Items per suite.")
-    seed: int = Field(1234, description="Held-out item selection seed.")
+    seed: int = Field(1234, ge=0, le=SEED_LIMIT, description="Held-out item selection seed.")
     max_new_tokens: int | None = Field(
-        None, gt=0, description="Tokens per eval reply (None = each suite's default: 512, 512, 256 for bfcl)."
+        None,
+        gt=0,
+        le=TOKEN_LIMIT,
+        description="Tokens per eval reply (None = each suite's default: 512, 512, 256 for bfcl).",
     )
 
 
@@ -539,7 +585,7 @@ class OrchestrationConfig(_Section):
 class SpadeConfig(_Section):
     """The resolved configuration of one SPADE run."""
 
-    seed: int = Field(0, description="Global seed: document sampling, skills, rollout seeds.")
+    seed: int = Field(0, ge=0, le=SEED_LIMIT, description="Global seed: document sampling, skills, rollout seeds.")
     store: StoreConfig = Field(default_factory=StoreConfig)
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -575,15 +621,44 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases: a config never needs ``*name``, and nested aliases expand a few
+    bytes into gigabytes (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.YAMLError(
+                f"alias *{event.anchor} at line {event.start_mark.line + 1}: aliases are not allowed in a config"
+            )
+        return super().compose_node(parent, index)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader, with aliases refused
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
-    return _parse_yaml(path.read_text(), f"config file {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    return _parse_yaml(text, f"config file {path}")
 
 
 def _parse_yaml(text: str, label: str) -> dict[str, Any]:
-    """The mapping in YAML ``text``; errors start with ``label`` (e.g. ``config file x.yaml``)."""
+    """The mapping in YAML ``text``; errors start with ``label`` (e.g. ``config file x.yaml``).
+
+    >>> _parse_yaml("a: &x [1]\\nb: *x", "c.yaml")
+    Traceback (most recent call last):
+    ...
+    spade_core.config.ConfigError: c.yaml is not valid YAML: alias *x at line 2: aliases are not allowed in a config
+    """
     try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
+        data = _yaml_load(text) or {}
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an integer of more than 4300 digits
         raise ConfigError(f"{label} is not valid YAML: {exc}".splitlines()[0]) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{label} must hold a mapping, got {type(data).__name__}")
@@ -599,8 +674,8 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override {item!r} has an empty key")
     # YAML scalars: 8 -> int, true -> bool, [a, b] -> list, null -> None, anything else -> str.
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = _yaml_load(raw) if raw.strip() else ""
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
         value = raw
     return parts, value
 
@@ -632,13 +707,23 @@ def _format_error(exc: ValidationError) -> str:
     if not err["loc"] or isinstance(err.get("input"), dict):  # a check across keys: its message names them
         return str(err["msg"]).removeprefix("Value error, ")
     key = ".".join(str(p) for p in err["loc"])
-    value = err.get("input")
+    value = _shown(err.get("input"))
     if err["type"] == "extra_forbidden":
         return f"unknown config key {key!r}"
     if err["type"] == "literal_error":
         allowed = err.get("ctx", {}).get("expected", "")
-        return f"config key {key!r} has bad value {value!r}; allowed: {allowed}"
-    return f"config key {key!r} has bad value {value!r}: {err['msg']}"
+        return f"config key {key!r} has bad value {value}; allowed: {allowed}"
+    return f"config key {key!r} has bad value {value}: {err['msg']}"
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value's repr for a one-line message, cut to ``limit`` characters.
+
+    >>> _shown("x" * 200)
+    "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (202 characters)"
+    """
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def load_config(

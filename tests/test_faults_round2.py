@@ -191,3 +191,102 @@ def test_a_marker_copied_onto_another_stage_is_damaged(tmp_path: Path) -> None:
     code, out = _verify(str(tmp_path))
     assert code == 1 and f"is the marker of run 'r' gen 1 {first.name}, not of its place" in out, out
     assert json.loads(ctx.store.read_bytes(marker_path(ctx.store, "r", 1, first.stage)))["stage"] == first.stage
+
+
+# -- 5. config values are bounded when the config loads -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "says"),
+    [
+        ("seed=99999999999999999999999999", "seed", "less than or equal to 4294967295"),
+        ("seed=-1", "seed", "greater than or equal to 0"),
+        ("training.learning_rate=.inf", "training.learning_rate", "finite number"),
+        ("training.learning_rate=.nan", "training.learning_rate", "finite number"),
+        ("model.max_new_tokens=1.0e+26", "model.max_new_tokens", "integer"),
+        ("model.max_new_tokens=2000000", "model.max_new_tokens", "less than or equal to 1048576"),
+        ("training.warmup_steps=10000000000", "training.warmup_steps", "within ±1,000,000,000"),
+        ("scoring.regret_scale=1e300", "scoring.regret_scale", "within ±1,000,000,000"),
+    ],
+)
+def test_an_out_of_range_setting_is_one_line_at_load_and_nothing_is_written(
+    setting: str, key: str, says: str, tmp_path: Path
+) -> None:
+    result = runner.invoke(app, ["run", "--run-id", "bad", "--store", str(tmp_path), "--set", setting])
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert "\n" not in line and f"config key {key!r} has bad value" in line and says in line, line
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "tables").exists()
+
+
+def test_settings_at_the_edge_of_their_range_load(tmp_path: Path) -> None:
+    for setting in ("seed=4294967295", "training.learning_rate=1", "model.max_new_tokens=1048576"):
+        result = runner.invoke(app, ["config", "show", "--set", setting])
+        assert result.exit_code == 0, (setting, result.output)
+
+
+def test_a_turn_longer_than_the_context_is_refused() -> None:
+    result = runner.invoke(app, ["config", "show", "--set", "rollout.max_tokens_per_turn=5000"])
+    assert result.exit_code == 2 and "must be <= rollout.max_context_tokens" in result.stderr
+
+
+def _bomb(levels: int = 8) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_short_line(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_bomb())
+    result = runner.invoke(app, ["config", "show", "--config", str(bomb)])
+    assert result.exit_code == 2 and len(result.stderr) < 200, result.stderr[:300]
+    assert f"config file {bomb} is not valid YAML: alias *a0 at line 2" in result.stderr
+    # The same file without aliases is still only YAML that holds unknown keys: one line, no alias word.
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("seed: 3\n")
+    assert runner.invoke(app, ["config", "show", "--config", str(plain)]).exit_code == 0
+
+
+def test_a_long_bad_value_is_cut_in_its_one_line(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["config", "show", "--set", "model.name_or_path=" + "x" * 100_000, "--set", "seed=" + "9" * 5000]
+    )
+    assert result.exit_code == 2 and len(result.stderr) < 300 and "(5002 characters)" in result.stderr
+    assert "config key 'seed' has bad value '99999" in result.stderr
+    result = runner.invoke(app, ["config", "show", "--set", "seed=" + "x" * 100_000])
+    assert result.exit_code == 2 and len(result.stderr) < 300 and "(100002 characters)" in result.stderr
+
+
+# -- 6. one line where a traceback was ------------------------------------------------------------------
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("seed: 3  # café\n".encode("latin-1"))
+    result = runner.invoke(app, ["config", "show", "--config", str(latin)])
+    assert result.exit_code == 2 and f"config file {latin} is not UTF-8 text (byte 0xe9" in result.stderr
+    latin.write_text("seed: 3  # café\n")
+    assert runner.invoke(app, ["config", "show", "--config", str(latin)]).exit_code == 0
+
+
+@pytest.mark.parametrize("content", [b"seed: [unclosed\n", b"seed: 3 \xe9\n"])
+def test_a_damaged_stored_config_names_its_file(content: bytes, tmp_path: Path) -> None:
+    ctx, _ = _generation(str(tmp_path))
+    path = f"{ctx.store.run_dir('r')}/config.yaml"
+    assert runner.invoke(app, ["status", "r", "--store", str(tmp_path)]).exit_code == 0
+    ctx.store.write_bytes(path, content)
+    result = runner.invoke(app, ["status", "r", "--store", str(tmp_path)])
+    assert result.exit_code == 2 and f"config file {path} is not" in result.stderr, result.output
+
+
+def test_a_run_whose_config_is_deleted_says_what_is_missing_and_how_to_go_on(tmp_path: Path) -> None:
+    ctx, _ = _generation(str(tmp_path))
+    os.remove(f"{ctx.store.run_dir('r')}/config.yaml")
+    result = runner.invoke(app, ["status", "r", "--store", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "has stage markers" in result.stderr and "runs/r/config.yaml is gone" in result.stderr
+    assert "spade run --run-id r" in result.stderr and "not in the store" not in result.stderr
+    unknown = runner.invoke(app, ["status", "nope", "--store", str(tmp_path)])
+    assert unknown.exit_code == 2 and "run 'nope' is not in the store" in unknown.stderr

@@ -44,6 +44,13 @@ def stored_config(run_id: str, store: str | None = None, overrides: list[str] | 
     probe = Store(store or StoreConfig().root)
     cfg = load_run_config(probe, run_id, _items(overrides, store))
     if cfg is None:
+        if probe.fs.glob(f"{probe.run_dir(run_id)}/gen=*/stages/*.json"):
+            raise FileNotFoundError(
+                f"run {run_id!r} has stage markers in the store {probe.base} but its config "
+                f"runs/{run_id}/config.yaml is gone; put it back, or continue with the settings it was started "
+                f"with: spade run --run-id {run_id} --preset ... --set ... (they are bound again; the markers "
+                "decide what is reused)"
+            )
         raise FileNotFoundError(f"run {run_id!r} is not in the store {probe.base} (no runs/{run_id}/config.yaml)")
     return cfg
 
@@ -76,11 +83,17 @@ def run_config_path(store: Store, run_id: str) -> str:
 
 def load_run_config(store: Store, run_id: str, overrides: list[str] | tuple[str, ...] = ()) -> SpadeConfig | None:
     """The run's stored config (with ``overrides`` on top), or None for a run the store has not seen."""
+    path = run_config_path(store, run_id)
     try:
-        text = store.read_bytes(run_config_path(store, run_id)).decode()
+        data = store.read_bytes(path)
     except FileNotFoundError:
         return None
-    return load_config_text(text, overrides)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        raise ConfigError(f"config file {path} is not UTF-8 text ({where})") from None
+    return load_config_text(text, overrides, label=f"config file {path}")
 
 
 def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
