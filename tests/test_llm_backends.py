@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -230,6 +231,56 @@ def test_server_that_dies_at_startup_reports_its_log() -> None:
     command = [sys.executable, "-c", "print('boom: no GPU found'); raise SystemExit(3)"]
     with pytest.raises(ModelError, match=r"exited with code 3 during startup: boom: no GPU found"):
         ServerProcess(command, port, startup_timeout_s=30).start()
+
+
+HEALTH_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+OWNER = """
+import sys, time
+from spade_core.llm.server_process import ServerProcess
+server = ServerProcess([sys.executable, "-c", sys.argv[2], sys.argv[1]], int(sys.argv[1]), startup_timeout_s=60)
+server.start()
+print(server.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _group_alive(group: int) -> bool:
+    return subprocess.run(["pgrep", "-g", str(group)], capture_output=True).returncode == 0
+
+
+def test_a_server_whose_owner_is_killed_goes_down_with_it() -> None:
+    port = free_port()
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(port), HEALTH_SERVER], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    group = int(owner.stdout.readline())  # the server is healthy and leads its own group
+    assert _group_alive(group)
+    owner.kill()  # no atexit, no stop(): the guard must notice
+    owner.wait()
+    deadline = time.monotonic() + 15
+    while _group_alive(group) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _group_alive(group)
+
+
+def test_a_stopped_server_leaves_no_process_of_its_group() -> None:
+    port = free_port()
+    server = ServerProcess([sys.executable, "-c", HEALTH_SERVER, str(port)], port, startup_timeout_s=60)
+    server.start()
+    assert server.proc is not None and server.healthy()
+    group = server.proc.pid
+    server.stop()
+    assert not _group_alive(group) and not server.running
+
+
+def test_a_missing_server_command_is_one_line() -> None:
+    with pytest.raises(ModelError, match=r"server command 'no-such-server' not found"):
+        ServerProcess(["no-such-server"], free_port(), startup_timeout_s=5).start()
 
 
 def test_sampling_params_from_config() -> None:

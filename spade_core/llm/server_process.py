@@ -1,6 +1,6 @@
 """One supervised server process on loopback: started in its own process group with its log in the cache
 dir, healthy once ``GET /health`` answers, stopped with SIGTERM then SIGKILL (the whole group, so no engine
-worker is left behind).
+worker is left behind). A guard leads the group and takes it down if this process dies without stopping it.
 
 Startup fails with one line — the log's last line — when the process exits or the wait times out.
 """
@@ -9,15 +9,31 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 
 from spade_core.llm.base import ModelError
 from spade_core.llm.embedded import cache_dir
+
+# The server's group leader: it runs the server and, should this process die without stopping it (SIGKILL,
+# a SIGTERM that skips atexit), takes the whole group down instead of leaving an engine and its gigabytes
+# behind. Its exit code is the server's.
+GUARD = """
+import os, signal, subprocess, sys, time
+parent = int(sys.argv[1])
+server = subprocess.Popen(sys.argv[2:])
+while server.poll() is None:
+    if os.getppid() != parent:
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    time.sleep(1)
+sys.exit(server.returncode)
+"""
 
 
 def free_port() -> int:
@@ -60,19 +76,18 @@ class ServerProcess:
         return " | ".join(errors[-lines:] or text[-lines:])[-300:]
 
     def start(self) -> None:
+        if shutil.which(self.command[0]) is None:
+            raise ModelError(f"server command {self.command[0]!r} not found")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
-            try:
-                self.proc = subprocess.Popen(
-                    self.command,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    env={**os.environ, **(self.env or {})},
-                )
-            except FileNotFoundError:
-                raise ModelError(f"server command {self.command[0]!r} not found") from None
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", GUARD, str(os.getpid()), *self.command],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(self.env or {})},
+            )
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
