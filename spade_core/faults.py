@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Iterator
 
 DEBUG_ENV = "SPADE_DEBUG"
@@ -81,11 +82,20 @@ def permanent(exc: BaseException) -> bool:
 
 
 def _describe(exc: BaseException) -> str | None:
+    if not isinstance(exc, OSError):
+        return _describe_other(exc)
+    if _S3_CODE.search(str(exc)) and (exc.errno == errno.EIO or exc.errno not in _ERRNO_ADVICE):
+        return s3_error_line(exc)  # S3's answer after the retries, not a disk's
     if isinstance(exc, OSError) and exc.errno in _ERRNO_ADVICE:
         what, advice = _ERRNO_ADVICE[exc.errno]
         verb = "writing" if exc.errno in _WRITING else "on"
         where = f" {verb} {exc.filename}" if exc.filename else ""
-        return f"{what}{where}; {advice}"
+        endpoint = getattr(exc, "endpoint", None)  # an S3 store's error (spade_core.fs)
+        return f"{what}{where}{f' at {endpoint}' if endpoint else ''}; {advice}"
+    return _describe_other(exc)
+
+
+def _describe_other(exc: BaseException) -> str | None:
     name = type(exc).__name__
     module = type(exc).__module__ or ""
     if module.startswith("botocore") or module.startswith("aiobotocore"):
@@ -93,6 +103,32 @@ def _describe(exc: BaseException) -> str | None:
     if name in ("ArrowInvalid", "ArrowIOError") or "magic bytes" in str(exc).lower():
         return f"a stored file is damaged ({_first_line(exc)}); find it with `spade verify RUN --deep --repair`"
     return None
+
+
+_S3_CODE = re.compile(r"An error occurred \((?P<code>[^)]+)\) when calling the (?P<operation>\w+) operation")
+
+
+def s3_error_line(exc: OSError) -> str:
+    """The one line for an S3 request that failed after the retries: the S3 answer, the object, the endpoint
+    (:func:`spade_core.fs.s3_filesystem` puts the last two on the error), and what to do.
+
+    >>> err = OSError(5, "An error occurred (ServiceUnavailable) when calling the GetObject operation: Please "
+    ...     "reduce your request rate.")
+    >>> err.filename, err.endpoint = "s3://b/store/tables/x.parquet", "http://127.0.0.1:9000"
+    >>> s3_error_line(err)  # doctest: +NORMALIZE_WHITESPACE
+    'S3 at http://127.0.0.1:9000 answered ServiceUnavailable to GetObject s3://b/store/tables/x.parquet after
+    retries; the endpoint is overloaded or down: wait or check it, then try again (a run: `spade resume RUN`)'
+    """
+    text = str(exc.strerror or exc)
+    found = _S3_CODE.search(text)
+    code, operation = (found["code"], found["operation"]) if found else (text.splitlines()[0][:120], "a request")
+    what = exc.filename or "the store"
+    endpoint = getattr(exc, "endpoint", None) or "the S3 endpoint"
+    if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket"):
+        advice = "check the bucket and the credentials"
+    else:
+        advice = "the endpoint is overloaded or down: wait or check it, then try again (a run: `spade resume RUN`)"
+    return f"S3 at {endpoint} answered {code} to {operation} {what} after retries; {advice}"
 
 
 def _describe_s3(exc: BaseException, name: str) -> str | None:

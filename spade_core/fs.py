@@ -20,6 +20,7 @@ and every other 4xx answer fail on the first answer.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -71,14 +72,41 @@ def retry_config(environ: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def s3_filesystem(endpoint_url: str | None = None) -> s3fs.S3FileSystem:
-    """A fresh (never cached) s3fs filesystem on :func:`s3_endpoint`'s endpoint, retrying transient errors."""
+    """A fresh (never cached) s3fs filesystem on :func:`s3_endpoint`'s endpoint, retrying transient errors.
+
+    Its errors name the object and the endpoint: the ``OSError`` s3fs raises once the retries are spent
+    carries the ``s3://bucket/key`` it was about as its ``filename`` and the endpoint as ``endpoint``, so the
+    one line of :mod:`spade_core.faults` can say which object on which endpoint failed.
+    """
+    endpoint = s3_endpoint(endpoint_url)
+    fs = _named_errors_s3fs()(endpoint_url=endpoint, skip_instance_cache=True, config_kwargs=retry_config())
+    fs.retries = S3FS_RETRIES  # a class attribute in s3fs, not a constructor argument
+    fs.spade_endpoint = endpoint or "AWS S3"
+    return fs
+
+
+@functools.cache
+def _named_errors_s3fs() -> type[s3fs.S3FileSystem]:
     import s3fs
 
-    fs = s3fs.S3FileSystem(
-        endpoint_url=s3_endpoint(endpoint_url), skip_instance_cache=True, config_kwargs=retry_config()
-    )
-    fs.retries = S3FS_RETRIES  # a class attribute in s3fs, not a constructor argument
-    return fs
+    class NamedErrorsS3FileSystem(s3fs.S3FileSystem):  # type: ignore[misc]
+        """s3fs whose errors name the object they were about and the endpoint (see :func:`s3_filesystem`)."""
+
+        spade_endpoint = "AWS S3"
+
+        async def _call_s3(self, method: Any, *akwarglist: Any, **kwargs: Any) -> Any:
+            try:
+                return await super()._call_s3(method, *akwarglist, **kwargs)
+            except OSError as exc:
+                params = {k: v for d in akwarglist if isinstance(d, dict) for k, v in d.items()} | kwargs
+                if exc.filename is None and params.get("Bucket"):
+                    key = params.get("Key") or params.get("Prefix") or ""
+                    exc.filename = f"s3://{params['Bucket']}/{key}".rstrip("/")
+                if not hasattr(exc, "endpoint"):
+                    exc.endpoint = self.spade_endpoint  # type: ignore[attr-defined]
+                raise
+
+    return NamedErrorsS3FileSystem
 
 
 class ReadOnlyError(PermissionError):

@@ -87,7 +87,19 @@ class StoreError(ValueError):
     """A bad store URL, name or path; the message names the offending value."""
 
 
+NAME_LIMIT = 128  # characters of a run id or stage name: a path part, well below a file system's 255 bytes
+
+
 def _check_name(kind: str, value: str) -> str:
+    """``value`` when it is a valid run id or stage name (one path part of the store), else a StoreError.
+
+    >>> _check_name("run id", "r" * 300)
+    Traceback (most recent call last):
+    ...
+    spade_core.store.StoreError: run id 'rrrrrrrrrrrrrrrrrrrrrrrr'… (300 characters) is longer than 128 characters
+    """
+    if isinstance(value, str) and len(value) > NAME_LIMIT:
+        raise StoreError(f"{kind} {value[:24]!r}… ({len(value)} characters) is longer than {NAME_LIMIT} characters")
     if not isinstance(value, str) or not _NAME.match(value):
         raise StoreError(f"{kind} {value!r} must match [A-Za-z0-9][A-Za-z0-9_.-]* (no '/', '=' or spaces)")
     return value
@@ -141,6 +153,9 @@ class Store:
             path = Path(root.removeprefix("file://")).expanduser().resolve()
             if path.exists() and not path.is_dir():
                 raise StoreError(f"store root {root!r} exists and is not a directory")
+            above = next((p for p in path.parents if p.exists()), None)
+            if not path.exists() and above is not None and not above.is_dir():
+                raise StoreError(f"store root {root!r} lies under {str(above)!r}, which is a file, not a directory")
             self.fs = fsspec.filesystem("file")
             self.is_s3 = False
             self.base = str(path)

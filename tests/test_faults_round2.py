@@ -290,3 +290,57 @@ def test_a_run_whose_config_is_deleted_says_what_is_missing_and_how_to_go_on(tmp
     assert "spade run --run-id r" in result.stderr and "not in the store" not in result.stderr
     unknown = runner.invoke(app, ["status", "nope", "--store", str(tmp_path)])
     assert unknown.exit_code == 2 and "run 'nope' is not in the store" in unknown.stderr
+
+
+def test_sql_cells_holding_rich_markup_are_printed_as_text(tmp_path: Path) -> None:
+    statement = "select '[/INST] hi' as reply, '[bold red]x[/bold red]' as \"[b]head\", 'plain' as p"
+    result = runner.invoke(app, ["sql", "--store", str(tmp_path / "store"), statement])
+    assert result.exit_code == 0, result.output
+    assert "[/INST] hi" in result.stdout and "[bold red]x[/bold red]" in result.stdout and "[b]head" in result.stdout
+
+
+def test_a_300_character_run_id_is_one_line_and_makes_no_directory(tmp_path: Path) -> None:
+    for command in (["run", "--run-id", "r" * 300], ["status", "r" * 300], ["verify", "r" * 300]):
+        result = runner.invoke(app, [*command, "--store", str(tmp_path / "store")])
+        assert result.exit_code == 2 and "(300 characters) is longer than 128 characters" in result.stderr, command
+    assert not (tmp_path / "store").exists()
+    assert runner.invoke(app, ["status", "r" * 128, "--store", str(tmp_path / "store")]).exit_code == 2  # not there
+
+
+def test_a_store_under_a_regular_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    for command in (["run", "--run-id", "r"], ["sql", "select 1"], ["verify", "r"]):
+        result = runner.invoke(app, [*command, "--store", str(tmp_path / "afile" / "store")])
+        assert result.exit_code == 2, (command, result.output)
+        assert f"lies under '{tmp_path / 'afile'}', which is a file, not a directory" in result.stderr
+
+
+def test_an_s3_endpoint_that_keeps_answering_503_during_spade_sql_names_the_endpoint_and_the_object(
+    s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+    from flaky_s3 import FaultPlan, flaky_s3
+    from samples import frame
+
+    from spade_core.faults import fault_line
+
+    bucket = "round2-503"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    Store(f"s3://{bucket}/store", endpoint_url=s3_endpoint).write_table(
+        "episodes", frame("episodes"), run_id="r", gen=1, stage="rollout", shard=0
+    )
+    calm = FaultPlan(drop=0, lost=0, truncate=0, slowdown=0, unavailable=0, delay=0)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # the proxy's 503s outlast any retry: no need to wait for them
+    args = ["sql", "--store", f"s3://{bucket}/store", "select count(*) from episodes"]
+    for served in (3, 20):  # the proxy answers 503 after this many requests: before the query, and during it
+        with flaky_s3(s3_endpoint, plan=calm, max_requests=served) as proxy:
+            monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+            result = runner.invoke(app, args)
+        line = result.stderr.strip() if isinstance(result.exception, SystemExit) else fault_line(result.exception)
+        assert result.exit_code == 1 and line is not None, result.output
+        assert proxy.url in line and f"s3://{bucket}/store/tables/" in line and "ProxyExhausted" in line, line
+        assert "check the disk" not in line and "\n" not in line and "^^^" not in line
+    with flaky_s3(s3_endpoint, plan=calm) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0 and "2" in result.stdout, result.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from typing import Annotated, Any, Literal
 
@@ -16,9 +17,11 @@ import duckdb
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from spade_core.catalog import LOCAL_SCHEME, query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
+from spade_core.fs import s3_endpoint
 
 READ_ONLY_HINT = "spade sql only reads the store unless --allow-write"
 
@@ -51,7 +54,7 @@ _DAMAGED = ("no magic bytes found", "too small to be a parquet file")
 """What DuckDB says of a file cut short or not Parquet at all."""
 
 
-def store_fault(exc: duckdb.Error) -> str | None:
+def store_fault(exc: duckdb.Error, endpoint: str | None = None) -> str | None:
     """What went wrong reading the store during a query (one line, with what to do), or None for a query error.
 
     Two kinds: a damaged Parquet file (DuckDB's own error), and an error of the store's filesystem, which
@@ -69,7 +72,8 @@ def store_fault(exc: duckdb.Error) -> str | None:
     if any(sign in text.lower() for sign in _DAMAGED):
         return f"a stored file is damaged ({one_line(exc)}); find it with `spade verify RUN --deep`"
     if text.lstrip().startswith("Traceback (most recent call last)"):
-        return f"reading the store failed ({one_line(exc)}); check the store and its endpoint, then query again"
+        at = f" at {endpoint}" if endpoint else ""
+        return f"reading the store{at} failed ({one_line(exc)}); check the store and its endpoint, then query again"
     return None
 
 
@@ -82,9 +86,16 @@ def one_line(exc: BaseException) -> str:
     'Catalog Error: no such table'
     >>> one_line(duckdb.InvalidInputException("Invalid Input Error: File 'spade-store:///s/x.parquet' too small"))
     "Invalid Input Error: File '/s/x.parquet' too small"
+    >>> one_line(duckdb.Error("Traceback (most recent call last):\\n  File ...\\nOSError: [Errno 5] gone\\n\\n"
+    ...                       "LINE 1: ... read_parquet('s3://b/t/**/*.parquet...\\n            ^^^^^^^^^"))
+    'OSError: [Errno 5] gone'
     """
     lines = [line for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
-    line = lines[-1] if lines[0].startswith("Traceback (most recent call last)") else lines[0]
+    line = lines[0]
+    if line.startswith("Traceback (most recent call last)"):  # its exception line: the last one not indented,
+        # before the ``LINE 1: ...`` and caret lines DuckDB appends
+        flush = [x for x in lines[1:] if not x[0].isspace() and not re.match(r"LINE \d+:", x)]
+        line = flush[-1] if flush else lines[-1]
     return line.replace(f"{LOCAL_SCHEME}://", "")  # a local store's paths as the user wrote them
 
 
@@ -134,14 +145,15 @@ def sql(
     Read-only unless --allow-write: e.g. spade sql --allow-write "copy (select * from episodes) to 'ep.parquet'"
     """
     cfg = resolve(preset, config, overrides, store)
+    st = open_store(cfg)
     try:
-        frame = query(open_store(cfg), statement, read_only=not allow_write)
+        frame = query(st, statement, read_only=not allow_write)
     except duckdb.Error as exc:
         refused = None if allow_write else _refusal(exc)
         if refused is not None:
             print(f"error: {refused} ({READ_ONLY_HINT})", file=sys.stderr)
             raise typer.Exit(1) from None
-        fault = store_fault(exc)
+        fault = store_fault(exc, (s3_endpoint(cfg.store.endpoint_url) or "AWS S3") if st.is_s3 else None)
         if fault is not None:
             print(f"error: {fault}", file=sys.stderr)
             raise typer.Exit(1) from None
@@ -153,8 +165,11 @@ def sql(
     elif output_format == "csv":
         typer.echo(frame.to_csv(index=False), nl=False)
     else:
-        table = Table(*[str(c) for c in frame.columns], show_lines=False)
+        # Cells are Text, never markup: stored model output holds ``[/INST]`` and could hold ``[bold]``.
+        table = Table(show_lines=False)
+        for column in frame.columns:
+            table.add_column(Text(str(column)))
         for row in frame.itertuples(index=False):
-            table.add_row(*[str(_jsonable(v))[:200] for v in row])
-        Console(width=200).print(table)
+            table.add_row(*[Text(str(_jsonable(v))[:200]) for v in row])
+        Console(width=200, markup=False, highlight=False).print(table)
         typer.echo(f"({len(frame)} rows)")

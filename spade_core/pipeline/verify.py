@@ -126,7 +126,9 @@ def schema_problems(store: Store, record: StageRecord) -> list[Problem]:
         except (StoreError, FileNotFoundError):
             continue
         try:
-            pq.read_table(io.BytesIO(data), schema=SCHEMAS[table])
+            # One thread: a pool thread of pyarrow's may still hold the Python buffer when the interpreter
+            # exits, and its release then aborts the process ("terminate called without an active exception").
+            pq.read_table(io.BytesIO(data), schema=SCHEMAS[table], use_threads=False)
         except Exception as exc:  # pyarrow raises several kinds for a damaged file; its first line says which
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             problems.append(Problem(record.gen, record.name, path, f"does not open as table {table!r}: {first}"))
