@@ -186,6 +186,14 @@ class DesignerConfig(_Section):
         "as not_novel: a copy of the parent earns nothing; parameters: the same for the share of the parent's "
         "parameters left unchanged [0.9].",
     )
+    max_parameter_items: int = Field(
+        1000,
+        ge=1,
+        le=100_000,
+        description="parameters: items one container of a reply's value may hold; a larger value (or an integer "
+        "of more than 1024 bits, or containers nested more than 8 deep) is refused as parameters_too_large "
+        "before it is built.",
+    )
     repair_rounds: int = Field(0, ge=0, description="Rounds that feed validation errors back.")
     max_attempts: int = Field(
         5,

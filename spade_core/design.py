@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, skill_kind
 from spade_core.envs.contract import CONTRACT, env_id_for
 from spade_core.hashing import short_hash
-from spade_core.parameters import variant_code
+from spade_core.parameters import MAX_ITEMS, variant_code
 
 SKILL_TEXT = {skill: skill.replace("_", " ") for skill in GAME_SKILLS + TOOL_SKILLS}
 
@@ -522,12 +522,18 @@ def design_row(
     model_ref: str,
     parent_env_id: str | None = None,
     parent_code: str | None = None,
+    parameters: bool = False,
+    max_items: int = MAX_ITEMS,
 ) -> dict[str, Any]:
     """One ``designs`` row (``prompt`` = the chat messages as JSON); ``code`` / ``env_id`` are None when the
     reply holds no code; ``parent_env_id`` names the environment a mutation rewrote (None: written anew).
-    ``parent_code`` (``designer.mode: parameters``): the code is the parent with the parameter values the
-    reply sets (:func:`spade_core.parameters.variant_code`), None when it sets none."""
-    code = extract_code(completion) if parent_code is None else variant_code(parent_code, completion)
+    ``parameters`` (``designer.mode: parameters``): the code is the parent (``parent_code``) with the
+    parameter values the reply sets (:func:`spade_core.parameters.variant_code`), None when it sets none, a
+    value is beyond the bounds, or the parent is unknown (never a whole module of the reply's)."""
+    if parameters or parent_code is not None:
+        code = None if parent_code is None else variant_code(parent_code, completion, max_items)
+    else:
+        code = extract_code(completion)
     prompt = json.dumps(messages)  # the exact chat messages, so the trainer re-renders the same prompt
     return {
         "design_id": design_id,

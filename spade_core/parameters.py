@@ -12,9 +12,14 @@ Rules (each a pure function below):
 - :func:`parameters_of`: the parameters of a module, in source order;
 - :func:`parse_parameters`: the values a reply assigns, statement by statement, so one statement cut off by
   the token budget loses only itself. A value counts when its name is a parent parameter and it has the
-  parent value's shape (:func:`same_shape`); anything else in the reply is ignored;
-- :func:`variant_code`: the parent with the parsed values, its module docstring cut to the first paragraph
-  (the rest describes the parent: its measurements), or None when the reply sets no parameter;
+  parent value's shape (:func:`same_shape`); anything else in the reply is ignored. The reply is model
+  output: the statements are found in linear time, and a statement or value beyond the bounds
+  (:func:`bounded_literal`: items per container from ``designer.max_parameter_items``, nesting, integer
+  size) is refused on its syntax tree before the value is built, outside the jail;
+- :func:`make_variant`: the parent with the parsed values, each replacing its node's source span in the
+  parsed tree, its module docstring cut to the first paragraph (the rest describes the parent: its
+  measurements); every failure is a :class:`ParameterError` whose ``error_type`` the validations row takes
+  (``unknown_parent``, ``parameters_too_large``, ``syntax_error``); :func:`variant_code` is None instead;
 - :func:`parameter_similarity`: the share of the parent's parameters the variant leaves as they were; the
   novelty stage refuses a variant above ``designer.parent_max_similarity`` (a copy is 1.0).
 """
@@ -22,12 +27,31 @@ Rules (each a pure function below):
 from __future__ import annotations
 
 import ast
+import io
 import re
 from typing import Any
 
 _NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
-_STATEMENT_START = re.compile(r"^_?[A-Z][A-Z0-9_]*\s*(?::[^=]*)?=", re.M)
+# One line per statement start, no backtracking across lines: linear in the reply's length.
+_STATEMENT_START = re.compile(r"^_?[A-Z][A-Z0-9_]*[ \t]*(?::[^=\n]*)?=", re.M)
 _FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
+
+MAX_ITEMS = 1000
+"""Items of one container a reply's value may hold (``designer.max_parameter_items``)."""
+MAX_STATEMENT_CHARS = 65_536
+"""A reply's statement longer than this is not parsed (a literal of at most MAX_ITEMS short items fits)."""
+MAX_INT_BITS = 1024
+"""An integer of a reply's value has at most this many bits (about 308 decimal digits)."""
+MAX_DEPTH = 8
+"""Containers nested in a reply's value, at most."""
+
+
+class ParameterError(ValueError):
+    """A reply's value or variant the parameters mode refuses; ``error_type`` is its validations class."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
 
 def parameters_of(code: str) -> dict[str, Any]:
@@ -44,7 +68,42 @@ def parameters_of(code: str) -> dict[str, Any]:
     return {name: value for name, value, _ in _assignments(tree)}
 
 
-def _assignments(tree: ast.Module) -> list[tuple[str, Any, ast.stmt]]:
+def bounded_literal(node: ast.expr, max_items: int = MAX_ITEMS) -> Any:
+    """The value of a literal expression no larger than the bounds (:data:`MAX_ITEMS` items per container,
+    :data:`MAX_DEPTH` levels, :data:`MAX_INT_BITS`-bit integers), checked on the tree before it is built.
+
+    Raises:
+        ParameterError: ``parameters_too_large``, naming the bound.
+        ValueError: not a literal (``ast.literal_eval``'s error).
+
+    >>> bounded_literal(ast.parse("[1, 2, 3]", mode="eval").body, max_items=2)
+    Traceback (most recent call last):
+    ...
+    spade_core.parameters.ParameterError: a container of 3 items (at most 2)
+    >>> bounded_literal(ast.parse("0x" + "f" * 3580, mode="eval").body)
+    Traceback (most recent call last):
+    ...
+    spade_core.parameters.ParameterError: an integer of 14320 bits (at most 1024)
+    """
+    stack: list[tuple[ast.AST, int]] = [(node, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ParameterError("parameters_too_large", f"containers nested more than {MAX_DEPTH} deep")
+        if isinstance(item, ast.List | ast.Tuple | ast.Set | ast.Dict):
+            count = len(item.keys) if isinstance(item, ast.Dict) else len(item.elts)
+            if count > max_items:
+                raise ParameterError("parameters_too_large", f"a container of {count} items (at most {max_items})")
+        bits = item.value.bit_length() if isinstance(item, ast.Constant) and type(item.value) is int else 0
+        if bits > MAX_INT_BITS:
+            raise ParameterError("parameters_too_large", f"an integer of {bits} bits (at most {MAX_INT_BITS})")
+        stack += [(child, depth + 1) for child in ast.iter_child_nodes(item)]
+    return ast.literal_eval(node)
+
+
+def _assignments(tree: ast.Module, max_items: int | None = None) -> list[tuple[str, Any, ast.stmt]]:
+    """The module-level literal assignments to a parameter name: ``(name, value, node)``. ``max_items``
+    (a reply's): values beyond the bounds of :func:`bounded_literal` raise its ParameterError."""
     found: list[tuple[str, Any, ast.stmt]] = []
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -56,9 +115,12 @@ def _assignments(tree: ast.Module) -> list[tuple[str, Any, ast.stmt]]:
         if not _NAME.match(name):
             continue
         try:
-            found.append((name, ast.literal_eval(value_node), node))
+            value = ast.literal_eval(value_node) if max_items is None else bounded_literal(value_node, max_items)
+        except ParameterError:
+            raise
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
+        found.append((name, value, node))
     return found
 
 
@@ -121,9 +183,13 @@ def _statements(reply: str) -> list[str]:
     return statements
 
 
-def parse_parameters(reply: str, parent: dict[str, Any]) -> dict[str, Any]:
+def parse_parameters(reply: str, parent: dict[str, Any], max_items: int = MAX_ITEMS) -> dict[str, Any]:
     """The new values ``reply`` assigns to ``parent``'s parameters (see the module doc); the first
-    assignment of a name counts.
+    assignment of a name counts. Linear in the reply's length; a statement longer than
+    :data:`MAX_STATEMENT_CHARS` or a value beyond :func:`bounded_literal`'s bounds is refused.
+
+    Raises:
+        ParameterError: ``parameters_too_large`` for a statement or value beyond the bounds.
 
     >>> parent = {"_WORDS": ["falcon", "copper"], "_SIZE": 3}
     >>> parse_parameters('Here:\\n```python\\n_WORDS = ["river", "delta"]\\n_SIZE = "big"\\n```', parent)
@@ -135,29 +201,25 @@ def parse_parameters(reply: str, parent: dict[str, Any]) -> dict[str, Any]:
     """
     found: dict[str, Any] = {}
     for statement in _statements(reply if isinstance(reply, str) else ""):
+        if len(statement) > MAX_STATEMENT_CHARS:
+            what = statement.split("=", 1)[0].strip()[:40]
+            raise ParameterError(
+                "parameters_too_large",
+                f"the statement {what} = ... has {len(statement)} characters (at most {MAX_STATEMENT_CHARS})",
+            )
         try:
             tree = ast.parse(statement.strip())
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             continue
-        for name, value, _ in _assignments(tree):
+        for name, value, _ in _assignments(tree, max_items):
             if name in parent and name not in found and same_shape(value, parent[name]):
                 found[name] = value
     return found
 
 
-def _docstring(tree: ast.Module) -> tuple[int, int, str] | None:
-    """(first line, last line, first paragraph) of the module docstring, or None."""
-    first = tree.body[0] if tree.body else None
-    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
-        return None
-    if not isinstance(first.value.value, str):
-        return None
-    paragraph = first.value.value.strip().split("\n\n", 1)[0].strip()
-    return first.lineno, first.end_lineno or first.lineno, paragraph
-
-
-def variant_code(parent_code: str, reply: str) -> str | None:
-    """The parent module with the parameter values ``reply`` sets, or None when it sets none.
+def variant_code(parent_code: str, reply: str, max_items: int = MAX_ITEMS) -> str | None:
+    """The parent module with the parameter values ``reply`` sets, or None when it sets none or the variant
+    cannot be made (:func:`make_variant` says why).
 
     >>> parent = '\"\"\"Repeat a word.\\n\\nMeasured: 0.2.\"\"\"\\n\\nimport random\\n\\n_WORDS = ["a", "b"]\\nX = 1\\n'
     >>> print(variant_code(parent, '```python\\n_WORDS = ["river", "delta", "bank"]\\n```'))
@@ -171,23 +233,71 @@ def variant_code(parent_code: str, reply: str) -> str | None:
     >>> variant_code(parent, "I cannot do that.") is None
     True
     """
-    tree = ast.parse(parent_code)
-    values = parse_parameters(reply, {name: value for name, value, _ in _assignments(tree)})
-    if not values:
+    try:
+        return make_variant(parent_code, reply, max_items)
+    except ParameterError:
         return None
-    lines = parent_code.splitlines(keepends=True)
-    edits: list[tuple[int, int, str]] = []  # (first line, last line, replacement), 1-based, inclusive
-    for name, _, node in _assignments(tree):
-        if name in values:
-            edits.append((node.lineno, node.end_lineno or node.lineno, f"{name} = {values[name]!r}\n"))
-    doc = _docstring(tree)
-    if doc is not None:
-        start, end, paragraph = doc
-        escaped = paragraph.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-        edits.append((start, end, f'"""{escaped}"""\n'))
-    for start, end, text in sorted(edits, reverse=True):
-        lines[start - 1 : end] = [text]
-    return "".join(lines)
+
+
+def make_variant(parent_code: str | None, reply: str, max_items: int = MAX_ITEMS) -> str:
+    """The parent module with the parameter values ``reply`` sets.
+
+    Each edit replaces exactly the source span of its node in the parsed tree (never a count of lines, which
+    form feeds and Unicode line separators in the parent would shift); the module docstring is cut to its
+    first paragraph. The variant must parse and differ from its parent in a parameter.
+
+    Raises:
+        ParameterError: ``unknown_parent`` (no parent code: a repair of a design whose parent is gone),
+            ``parameters_too_large`` (see :func:`parse_parameters`), ``syntax_error`` (the reply sets none of
+            the parent's parameters, or the variant does not parse or lacks a value the reply set).
+    """
+    if parent_code is None:
+        raise ParameterError("unknown_parent", "the design's parent environment is not in the memory")
+    tree = ast.parse(parent_code)
+    parent = {name: value for name, value, _ in _assignments(tree)}
+    values = parse_parameters(reply, parent, max_items)
+    if not values:
+        raise ParameterError(
+            "syntax_error", "the reply sets none of the parent's parameters (a value of its type, in a ```python block)"
+        )
+    edits: list[tuple[ast.stmt, str]] = [
+        (node, f"{name} = {values[name]!r}") for name, _, node in _assignments(tree) if name in values
+    ]
+    first = tree.body[0] if tree.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        paragraph = first.value.value.strip().split("\n\n", 1)[0].strip()
+        escaped = paragraph.replace("\\", "\\\\").replace('"', '\\"')  # a closing quote cannot end it early
+        edits.append((first, f'"""{escaped}"""'))
+    code = _replace_spans(parent_code, edits)
+    try:
+        made = parameters_of(code) if ast.parse(code) else {}
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        raise ParameterError("syntax_error", f"the variant does not parse: {exc}") from None
+    missed = [name for name in values if name not in made or made[name] != values[name]]
+    if missed:  # an edit that did not land where the tree said: never a variant that silently is its parent
+        raise ParameterError("syntax_error", f"the variant does not hold the reply's {', '.join(missed)}")
+    return code
+
+
+def _replace_spans(code: str, edits: list[tuple[ast.stmt, str]]) -> str:
+    """``code`` with each node's source span replaced by its text. Lines are split as the parser splits
+    them (``\\n``, ``\\r\\n``, ``\\r``; not form feeds or U+2028), columns are UTF-8 byte offsets."""
+    lines = io.StringIO(code, newline="").readlines()
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(lineno: int, col: int) -> int:
+        return starts[lineno - 1] + len(lines[lineno - 1].encode()[:col].decode(errors="ignore"))
+
+    spans = sorted(
+        ((offset(n.lineno, n.col_offset), offset(n.end_lineno or n.lineno, n.end_col_offset or 0), text)
+         for n, text in edits),
+        reverse=True,
+    )  # fmt: skip
+    for start, end, text in spans:
+        code = code[:start] + text + code[end:]
+    return code
 
 
 def parameter_similarity(code: str, parent_code: str) -> float:

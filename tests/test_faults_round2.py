@@ -344,3 +344,141 @@ def test_an_s3_endpoint_that_keeps_answering_503_during_spade_sql_names_the_endp
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         result = runner.invoke(app, args)
     assert result.exit_code == 0 and "2" in result.stdout, result.output
+
+
+# -- 4. model output is bounded before it is parsed (designer.mode: parameters) -------------------------
+
+PARENT = '''"""Find the word.
+
+Measured: 0.4."""
+
+import random
+
+_WORDS = ["falcon", "copper", "meadow"]
+_SIZE = 3
+'''
+
+
+def _parameter_failure(parent: str | None, reply: str, max_items: int = 1000) -> tuple[str, str]:
+    from spade_core.parameters import ParameterError, make_variant
+
+    with pytest.raises(ParameterError) as caught:
+        make_variant(parent, reply, max_items)
+    return caught.value.error_type, str(caught.value)
+
+
+def test_a_reply_with_a_3580_digit_hex_integer_is_an_error_row_not_a_crash() -> None:
+    from spade_core.design import design_row
+
+    reply = "```python\n_SIZE = 0x" + "f" * 3580 + "\n```"
+    assert _parameter_failure(PARENT, reply) == ("parameters_too_large", "an integer of 14320 bits (at most 1024)")
+    row = design_row(
+        design_id="d", doc_id=None, group_id="g", skill="optimization", messages=[], completion=reply,
+        model_ref="m", parent_env_id="p", parent_code=PARENT, parameters=True,
+    )  # fmt: skip
+    assert row["code"] is None and row["env_id"] is None
+    fine = design_row(
+        design_id="d", doc_id=None, group_id="g", skill="optimization", messages=[], completion="_SIZE = 0xff",
+        model_ref="m", parent_env_id="p", parent_code=PARENT, parameters=True,
+    )  # fmt: skip
+    assert "_SIZE = 255" in fine["code"]
+
+
+def test_a_reply_with_a_huge_list_is_refused_before_it_is_built() -> None:
+    import time
+
+    started = time.perf_counter()
+    big = "_WORDS = [" + ", ".join(["'w'"] * 20_000) + "]"
+    assert _parameter_failure(PARENT, big)[0] == "parameters_too_large"  # 20,000 items > 1,000
+    huge = "_WORDS = [" + "0, " * 1_000_000 + "]"  # 3 MB: refused by its length, never parsed
+    error_type, message = _parameter_failure(PARENT, huge)
+    assert error_type == "parameters_too_large" and "characters (at most 65536)" in message
+    nested = "_WORDS = " + "[" * 20 + "'w'" + "]" * 20
+    assert _parameter_failure(PARENT, nested) == ("parameters_too_large", "containers nested more than 8 deep")
+    assert time.perf_counter() - started < 5
+    # The bound comes from the config: 3 items allowed, 4 refused.
+    assert _parameter_failure(PARENT, "_WORDS = ['a', 'b', 'c', 'd']", max_items=3)[0] == "parameters_too_large"
+    from spade_core.parameters import make_variant
+
+    assert "_WORDS = ['a', 'b', 'c']" in make_variant(PARENT, "_WORDS = ['a', 'b', 'c']", 3)
+
+
+def test_48_kb_of_statement_like_lines_parse_in_linear_time() -> None:
+    import time
+
+    from spade_core.parameters import parse_parameters
+
+    def seconds(n: int) -> float:
+        started = time.perf_counter()
+        assert parse_parameters("A:\n" * n, {"_SIZE": 3}) == {}
+        return time.perf_counter() - started
+
+    small, large = seconds(16_000), seconds(64_000)  # 48 kB and 192 kB of "A:" lines (quadratic: 7.6 s for 48 kB)
+    assert small < 0.5 and large < 2.0 and large < 12 * max(small, 0.01), (small, large)
+
+
+@pytest.mark.parametrize("breaker", ["\x0c", "\u2028", "\x1c", "\x85"])
+def test_a_parent_comment_with_an_exotic_line_break_gets_the_edit_in_place(breaker: str) -> None:
+    from spade_core.parameters import make_variant, parameters_of
+
+    parent = PARENT.replace("import random\n", f"import random\n# a note{breaker}that goes on\n")
+    variant = make_variant(parent, "_WORDS = ['river', 'delta']")
+    assert parameters_of(variant) == {"_WORDS": ["river", "delta"], "_SIZE": 3}
+    assert f"# a note{breaker}that goes on\n" in variant  # the comment is untouched
+
+
+def test_a_parent_docstring_paragraph_ending_in_a_quote_gives_a_variant_that_parses() -> None:
+    import ast
+
+    from spade_core.parameters import make_variant
+
+    parent = PARENT.replace("Find the word.", 'Find the "word"')
+    variant = make_variant(parent, "_SIZE = 5")
+    assert ast.get_docstring(ast.parse(variant)) == 'Find the "word"'
+    backslash = make_variant(PARENT.replace("Find the word.", "Find the word\\\\"), "_SIZE = 5")
+    assert ast.get_docstring(ast.parse(backslash)) == "Find the word\\"
+
+
+def test_a_repair_whose_parent_is_unknown_is_an_error_row_not_a_whole_module() -> None:
+    from spade_core.design import design_row
+
+    module = "```python\nclass Env:\n    def reset(self, seed=None): ...\n    def step(self, action): ...\n```"
+    row = design_row(
+        design_id="d", doc_id=None, group_id="g", skill="optimization", messages=[], completion=module,
+        model_ref="m", parent_env_id="gone", parent_code=None, parameters=True,
+    )  # fmt: skip
+    assert row["code"] is None
+    assert _parameter_failure(None, module)[0] == "unknown_parent"
+    written = design_row(
+        design_id="d", doc_id=None, group_id="g", skill="optimization", messages=[], completion=module,
+        model_ref="m",
+    )  # fmt: skip
+    assert written["code"] is not None  # write mode still takes the whole module
+
+
+def test_every_parameters_failure_is_an_error_type_on_the_validation_row(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from spade_core.config import load_config
+    from spade_core.envs.seeds import load_starter_envs
+    from spade_core.pipeline.stages.validate import validation_rows
+
+    cfg = load_config("tiny", overrides=["designer.mode=parameters", f"store.root={tmp_path}"])
+    ctx = GenerationContext(cfg, Store(str(tmp_path)), "r", 1)
+    parent = next(e for e in load_starter_envs() if e.skill == "spatial_reasoning")
+    replies = {
+        "too_large": ("```python\n_OBJECTS = 0x" + "f" * 3580 + "\n```", parent.env_id),
+        "gone": ("```python\nclass Env: ...\n```", "no-such-parent"),
+        "none": ("I cannot do that.", parent.env_id),
+    }
+    designs = pd.DataFrame(
+        [
+            {"design_id": k, "attempt": 0, "code": None, "completion": c, "parent_env_id": p}
+            for k, (c, p) in replies.items()
+        ]
+    )
+    rows = {r["design_id"]: r for r in validation_rows(ctx, designs)}
+    assert rows["too_large"]["error_type"] == "parameters_too_large" and "bits" in rows["too_large"]["message"]
+    assert rows["gone"]["error_type"] == "unknown_parent"
+    assert rows["none"]["error_type"] == "syntax_error" and "sets none" in rows["none"]["message"]
+    assert not any(r["ok"] for r in rows.values())

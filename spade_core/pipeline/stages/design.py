@@ -146,6 +146,8 @@ def generate_rows(
             model_ref=generator.model_ref,
             parent_env_id=prompt.parent_env_id,
             parent_code=prompt.parent_code,
+            parameters=ctx.cfg.designer.mode == "parameters",
+            max_items=ctx.cfg.designer.max_parameter_items,
         )
         rows.append(
             {

@@ -28,6 +28,7 @@ from spade_core.hashing import short_hash
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.llm_validator import judge
 from spade_core.mutation import parent_codes
+from spade_core.parameters import ParameterError, make_variant
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_repairs
 from spade_core.validate import validate_many
@@ -49,23 +50,33 @@ def validation_rows(
     if cfg.llm_validator and generator is not None:
         judged = [i for i, r in zip(with_code.index, results, strict=True) if r.ok and r.kind == "tool"]
         judge_designs(ctx, [by_index[i] for i in judged], [str(designs.at[i, "code"]) for i in judged], generator)
-    no_code = (
-        "the reply sets none of the parent's parameters (a value of its type, in a ```python block)"
-        if ctx.cfg.designer.mode == "parameters"
-        else "no ```python block in the reply"
-    )
+    parameters = ctx.cfg.designer.mode == "parameters"
+    parents = parent_codes(ctx.previous_memory()) if parameters and len(with_code) < len(designs) else {}
     rows = []
     for i, d in designs.iterrows():
+        error_type, message = "syntax_error", "no ```python block in the reply"
+        if parameters and i not in by_index:  # why the reply made no variant: the parameters mode's own class
+            error_type, message = variant_failure(parents.get(str(d.get("parent_env_id"))), d, ctx)
         row = by_index.get(i) or {
             "env_id": None,
             "ok": False,
-            "error_type": "syntax_error",
-            "message": no_code,
+            "error_type": error_type,
+            "message": message,
             "checks": {},
             "seconds": 0.0,
         }
         rows.append({"design_id": d["design_id"], "attempt": int(d["attempt"]), **row})
     return rows
+
+
+def variant_failure(parent_code: str | None, design: Any, ctx: GenerationContext) -> tuple[str, str]:
+    """``(error_type, message)`` of a parameters-mode design that has no code: its parent is unknown, a value
+    is beyond the bounds, the reply sets no parameter, or the variant does not parse."""
+    try:
+        make_variant(parent_code, str(design.get("completion") or ""), ctx.cfg.designer.max_parameter_items)
+    except ParameterError as exc:
+        return exc.error_type, str(exc)
+    return "syntax_error", "the reply made no variant of its parent"
 
 
 def judge_designs(ctx: GenerationContext, rows: list[dict[str, Any]], codes: list[str], generator: Generator) -> None:
@@ -115,6 +126,8 @@ def _repair(
             model_ref=d.model_ref,
             parent_env_id=getattr(d, "parent_env_id", None),
             parent_code=parents.get(str(getattr(d, "parent_env_id", None))) if parameters else None,
+            parameters=parameters,
+            max_items=ctx.cfg.designer.max_parameter_items,
         )
         behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
         repaired = with_repairs(row, ctx.cfg.validation.code_repairs)
