@@ -38,7 +38,12 @@ def _quote(text: str) -> str:
 def _read_only_root(con: duckdb.DuckDBPyConnection, store: Store) -> str:
     """Register the store's read-only view, lock the connection to it; the root as DuckDB now spells it."""
     root = store.base.rstrip("/") if store.is_s3 else f"{LOCAL_SCHEME}://{store.base.rstrip('/')}"
-    con.register_filesystem(ReadOnlyFileSystem(store.fs, "s3" if store.is_s3 else LOCAL_SCHEME))
+    view = (
+        ReadOnlyFileSystem(store.fs, "s3", None)
+        if store.is_s3
+        else ReadOnlyFileSystem(store.fs, LOCAL_SCHEME, store.base)
+    )
+    con.register_filesystem(view)
     con.execute(f"SET allowed_directories = [{_quote(root + '/')}]")
     con.execute(f"SET allowed_configs = [{', '.join(_quote(name) for name in TUNABLE)}]")
     con.execute("SET enable_external_access = false")

@@ -133,11 +133,12 @@ class ReadOnlyFileSystem(fsspec.AbstractFileSystem):
 
     cachable = False
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, protocol: str) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, protocol: str, root: str | None = None) -> None:
         super().__init__()
         self.fs = fs
         self.protocol = (protocol,)  # per instance: DuckDB routes the paths of this scheme here
         self._prefix = f"{protocol}://"
+        self._root = root  # a local store's resolved root: a file is read only if it really lies under it
 
     def _inner(self, path: str) -> str:
         path = str(path)
@@ -155,7 +156,10 @@ class ReadOnlyFileSystem(fsspec.AbstractFileSystem):
     def open(self, path, mode="rb", **kwargs):  # type: ignore[no-untyped-def]
         if any(flag in mode for flag in "wax+"):
             raise ReadOnlyError(f"read-only: cannot write {path}")
-        return self.fs.open(self._inner(path), mode, **kwargs)
+        inner = self._inner(path)
+        if self._root is not None and not os.path.realpath(inner).startswith(self._root.rstrip("/") + "/"):
+            raise PermissionError(f"symbolic link refused: {inner} leads out of the store {self._root}")
+        return self.fs.open(inner, mode, **kwargs)
 
     def _open(self, path, mode="rb", **kwargs):  # type: ignore[no-untyped-def]
         return self.open(path, mode, **kwargs)

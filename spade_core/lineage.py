@@ -23,7 +23,7 @@ MAX_DEPTH = 1000  # a chain longer than this is a cycle in corrupted rows, not a
 DESIGNS_SQL = """
 select env_id, any_value(parent_env_id order by gen) as parent_env_id, min(gen) as gen,
        any_value(run_id order by gen) as run_id, any_value(skill order by gen) as skill
-from designs where env_id is not null group by env_id
+from designs where env_id is not null and (? is null or list_contains(?, run_id)) group by env_id
 """
 SCORES_SQL = """
 select env_id, arg_max(win_rate, gen) as win_rate, arg_max(regret, gen) as regret
@@ -31,11 +31,13 @@ from env_scores group by env_id
 """
 
 
-def lineage(store: Store, env_id: str) -> pd.DataFrame:
+def lineage(store: Store, env_id: str, runs: list[str] | None = None) -> pd.DataFrame:
     """The chain from ``env_id`` (depth 0) to its oldest known ancestor, one row per environment with the
     :data:`COLUMNS`; ``origin`` is ``design`` (a design row of the store), ``starter`` or ``seed`` (the
-    library) or ``unknown``. Raises ``FileNotFoundError`` when ``env_id`` is neither designed nor library."""
-    designs = query(store, DESIGNS_SQL).set_index("env_id")
+    library) or ``unknown``. ``runs``: only the design rows of these runs name parents (a row written under
+    another run cannot graft an ancestor on); None: every run's. Raises ``FileNotFoundError`` when
+    ``env_id`` is neither designed nor library."""
+    designs = query(store, DESIGNS_SQL, [runs, runs]).set_index("env_id")
     scores = query(store, SCORES_SQL).set_index("env_id")
     library = {e.env_id: ("starter", e.skill) for e in load_starter_envs()}
     library.update({e.env_id: ("seed", e.skill) for e in load_seed_envs()})

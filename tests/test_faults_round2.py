@@ -482,3 +482,56 @@ def test_every_parameters_failure_is_an_error_type_on_the_validation_row(tmp_pat
     assert rows["gone"]["error_type"] == "unknown_parent"
     assert rows["none"]["error_type"] == "syntax_error" and "sets none" in rows["none"]["message"]
     assert not any(r["ok"] for r in rows.values())
+
+
+# -- 3. reads that do not go through the markers --------------------------------------------------------
+
+
+def test_a_deleted_file_makes_spade_sql_say_in_one_line_that_its_rows_are_missing(tmp_path: Path) -> None:
+    _, records = _generation(str(tmp_path))
+    statement = "select count(*) as n from documents"
+    clean = runner.invoke(app, ["sql", "--store", str(tmp_path), statement])
+    assert clean.exit_code == 0 and clean.stderr == "" and "29" in clean.stdout, clean.output
+    gone = records[3].files["documents"][0]
+    os.remove(gone)
+    result = runner.invoke(app, ["sql", "--store", str(tmp_path), statement])
+    assert result.exit_code == 0 and "27" in result.stdout, result.output
+    line = result.stderr.strip()
+    assert "\n" not in line and line.startswith("warning: table documents: ") and gone in line, line
+    assert f"(run r {records[3].name}, gen 1)" in line and "spade verify r" in line
+    other = runner.invoke(app, ["sql", "--store", str(tmp_path), "select count(*) from pool"])
+    assert other.exit_code == 0 and other.stderr == ""  # a table the statement does not read is not checked
+
+
+def test_a_symlink_inside_the_store_is_not_followed_by_spade_sql(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _, records = _generation(str(root))
+    outside = _outside_copy(tmp_path, records[0].files["documents"][0])
+    partition = Path(records[0].files["documents"][0]).parent
+    link = partition / "link-0.parquet"
+    os.symlink(outside, link)
+    for statement in (
+        "select count(*) from documents",
+        f"select * from read_blob('spade-store://{link}')",
+    ):
+        result = runner.invoke(app, ["sql", "--store", str(root), statement])
+        assert result.exit_code == 1 and "symbolic link refused" in result.stderr, (statement, result.output)
+    os.remove(link)
+    assert runner.invoke(app, ["sql", "--store", str(root), "select count(*) from documents"]).exit_code == 0
+
+
+def test_a_designs_row_written_under_another_run_cannot_graft_a_parent_onto_a_lineage(tmp_path: Path) -> None:
+    import pandas as pd
+    from samples import design_row as sample_design
+
+    from spade_core.lineage import lineage
+
+    store = Store(str(tmp_path))
+    own = {**sample_design("class E: ...", "d1", "e1"), "parent_env_id": None}
+    forged = {**sample_design("class E: ...", "d2", "e1"), "parent_env_id": "f0f0f0f0f0f0f0f0"}
+    store.write_table("designs", pd.DataFrame([own]), run_id="mine", gen=2, stage="design", shard=0)
+    store.write_table("designs", pd.DataFrame([forged]), run_id="other", gen=1, stage="design", shard=0)
+    assert list(lineage(store, "e1", ["mine"]).env_id) == ["e1"]
+    assert list(lineage(store, "e1", ["other"]).env_id) == ["e1", "f0f0f0f0f0f0f0f0"]
+    result = runner.invoke(app, ["envs", "lineage", "e1", "--run-id", "mine", "--store", str(tmp_path)])
+    assert result.exit_code == 0 and "f0f0f0f0f0f0f0f0" not in result.stdout, result.output

@@ -22,6 +22,9 @@ from rich.text import Text
 from spade_core.catalog import LOCAL_SCHEME, query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.fs import s3_endpoint
+from spade_core.pipeline.verify import listed_but_missing
+from spade_core.schemas import TABLES
+from spade_core.store import Store
 
 READ_ONLY_HINT = "spade sql only reads the store unless --allow-write"
 
@@ -113,6 +116,20 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _warn_missing_rows(store: Store, statement: str) -> None:
+    """One line on stderr per table the statement names whose files a stage marker lists but are missing:
+    the views read every file of a table, so the answer lacks their rows (``spade verify`` finds them)."""
+    named = [t for t in TABLES if re.search(rf"\b{t}\b", statement, re.I)]
+    for table, problems in listed_but_missing(store, named).items():
+        first = problems[0]
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        print(
+            f"warning: table {table}: {first.path} (run {first.marker}, gen {first.gen}){more} listed by a stage "
+            f"marker is missing, so its rows are not in this answer; spade verify {first.marker.split()[0]}",
+            file=sys.stderr,
+        )
+
+
 @clean_errors
 def sql(
     statement: Annotated[
@@ -159,6 +176,7 @@ def sql(
             raise typer.Exit(1) from None
         print(f"error: {one_line(exc)}", file=sys.stderr)
         raise typer.Exit(2) from None
+    _warn_missing_rows(st, statement)
     if output_format == "json":
         rows = [{k: _jsonable(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
         typer.echo(json.dumps(rows, default=str))

@@ -135,14 +135,19 @@ def show_lineage(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON array of row objects, the environment first.")
     ] = False,
+    run_ids: Annotated[
+        list[str] | None,
+        typer.Option("--run-id", help="Only the design rows of this run name parents; repeatable (default: all)."),
+    ] = None,
     store: StoreOpt = None,
     preset: PresetOpt = "tiny",
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
     """An environment's parent chain (designer.mode mutate or parameters): each ancestor with its origin (a
-    design of the store, a starter or seed environment), generation, skill and its latest win rate and regret."""
-    chain = lineage(open_store(resolve(preset, config, overrides, store)), env_id)
+    design of the store, a starter or seed environment), generation, skill and its latest win rate and regret.
+    With --run-id, only the design rows of those runs name parents."""
+    chain = lineage(open_store(resolve(preset, config, overrides, store)), env_id, run_ids or None)
     if as_json:
         typer.echo(chain.to_json(orient="records"))
         return

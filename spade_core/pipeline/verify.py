@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
-from spade_core.markers import MarkerScan, StageRecord, stages_dir
+from spade_core.markers import MarkerScan, StageRecord, scan_markers, stages_dir
 from spade_core.schemas import SCHEMAS
 from spade_core.store import Store, StoreError
 
@@ -187,4 +187,36 @@ def dependants(markers: dict[int, dict[str, StageRecord]], damaged: Iterable[tup
                     out.add((gen, name))
                     keys.add(f"gen{gen}/{name}")
                     grew = True
+    return out
+
+
+def listed_but_missing(store: Store, tables: Iterable[str]) -> dict[str, list[Problem]]:
+    """``{table: problems}``: the files of ``tables`` that a stage marker of any run in the store lists but
+    that are missing, so a query over the table's files (``spade sql``'s views take every file of the table)
+    would answer without their rows and say nothing. Reads every marker of every run once."""
+    wanted = set(tables)
+    out: dict[str, list[Problem]] = {}
+    if not wanted:
+        return out
+    listings: Listings = {}
+    runs = [posixpath.basename(str(p).rstrip("/")) for p in store.fs.glob(store.path("runs", "*"))]
+    for run_id in sorted(runs):
+        try:
+            scan = scan_markers(store, run_id)
+        except StoreError:  # a directory that is no run id
+            continue
+        for gen in sorted(scan.records):
+            for record in scan.records[gen].values():
+                for table, recorded in listed_files(record):
+                    if table not in wanted:
+                        continue
+                    try:
+                        path = store.confine(recorded)
+                    except StoreError:
+                        continue
+                    directory = posixpath.dirname(path)
+                    if directory not in listings:
+                        listings[directory] = store.file_stamps(directory)
+                    if path not in listings[directory]:
+                        out.setdefault(table, []).append(Problem(gen, f"{run_id} {record.name}", path, "is missing"))
     return out
