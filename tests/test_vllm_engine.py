@@ -145,6 +145,18 @@ def test_the_stream_and_the_lockstep_batch_play_the_same_episodes(engine: VLLMGe
     assert [r["episode_return"] for r in streamed] == [r["episode_return"] for r in batched]
 
 
+def test_many_seeded_requests_with_long_prompts_keep_the_engine_alive(engine: VLLMGenerator) -> None:
+    # Prefilled in chunks, a seeded request's generator was rewound, which a CPU generator cannot do: the
+    # engine died as soon as 32 seeded episodes were in flight. Chunked prefill is off on a CPU.
+    long = [
+        {"role": "user", "content": f"Story {i}: " + "the cat sat on the mat and looked around. " * 40}
+        for i in range(32)
+    ]
+    restarts = engine.restarts
+    out = engine.generate([GenerationRequest(messages=[m], seed=i) for i, m in enumerate(long)], GREEDY)
+    assert [c.error for c in out] == [None] * 32 and engine.restarts == restarts
+
+
 def test_weights_reloaded_in_place_change_greedy_output_and_the_old_ones_restore_it(
     engine: VLLMGenerator, moved_model: str, tiny_model_dir: str
 ) -> None:

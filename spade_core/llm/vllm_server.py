@@ -18,8 +18,9 @@ Weights: :meth:`VLLMGenerator.load_checkpoint` reloads a new checkpoint into the
 which needs ``VLLM_SERVER_DEV_MODE=1``); only when that fails is the server restarted on the checkpoint,
 once. Every swap is kept as a :class:`WeightSwap` (method and seconds) for the stage that asked for it.
 
-Supervision: a server that died is restarted once, and the batch goes on; ``close`` (and interpreter exit)
-stops the server's whole process group.
+Supervision: a server that died is restarted once — by whichever request in flight finds it dead first —
+and the batch goes on (one that dies again within five minutes is not restarted: its requests fail as
+data); ``close`` (and interpreter exit) stops the server's whole process group.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import json
+import math
 import os
 import shutil
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -65,6 +68,7 @@ VLLM_COMMAND = (
 )
 ENGINE_VENV = ".venv-vllm"
 MAX_CONCURRENCY = 64
+RESTART_WINDOW_S = 300.0  # an engine that dies again this soon after a restart is not restarted again
 
 
 def engine_python() -> str:
@@ -147,6 +151,8 @@ class VLLMGenerator:
         self.tokenizer = load_tokenizer(self.model_path)
         self.swaps: list[WeightSwap] = []
         self.restarts = 0  # restarts after the server died while serving
+        self._restarting = threading.Lock()  # concurrent requests that find the server dead restart it once
+        self._last_restart = -math.inf
         self._start(self.model_path, "start")
         atexit.register(self.close)
 
@@ -162,8 +168,15 @@ class VLLMGenerator:
         }
         command = [part.format(**values) for part in self.template]
         eager = self.on_cpu if self.cfg.engine_eager is None else self.cfg.engine_eager
-        # On this CPU the compiled graph's cache fails to load, so every start recompiled (2-3 min vs 30-60 s).
-        return [*command, "--enforce-eager"] if eager and "--enforce-eager" not in command else command
+        if eager and "--enforce-eager" not in command:
+            # On this CPU the compiled graph's cache fails to load: every start recompiled (2-3 min vs 30-60 s).
+            command.append("--enforce-eager")
+        if self.on_cpu and not any("chunked-prefill" in part for part in command):
+            # A prompt prefilled in chunks discards the token sampled after a partial chunk, and for a seeded
+            # request vLLM 0.32 then rewinds its generator, which a CPU generator cannot do: the engine died
+            # (RuntimeError: CPU Generator does not use offset) as soon as 32 seeded episodes were in flight.
+            command.append("--no-enable-chunked-prefill")
+        return command
 
     def _start(self, model_path: str, method: str, error: str | None = None) -> None:
         started = time.perf_counter()
@@ -278,15 +291,32 @@ class VLLMGenerator:
                     break  # a refusal: retrying gives the same answer
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {str(exc)[:300]}"
+                if not self._ensure_running():
+                    error = f"the engine died again within {RESTART_WINDOW_S:.0f} s of a restart: {error}"
+                    break
             time.sleep(min(0.5 * 2**attempt, 8.0))
         if response is None:
             return Completion(text="", finish_reason="error", error=error)
         return completion_from(response, params.logprobs)
 
-    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
-        if self.server is None or not self.server.running:
-            self.restarts += 1  # the server died: restart it once on the same weights, then serve
+    def _ensure_running(self) -> bool:
+        """Restart a server that died, on the same weights — once, whichever of the requests in flight finds
+        it dead first; the others wait for that restart. An engine that dies again within
+        :data:`RESTART_WINDOW_S` of a restart is not restarted (it would only die again): False."""
+        with self._restarting:
+            if self.server is not None and self.server.running:
+                return True
+            if time.monotonic() - self._last_restart < RESTART_WINDOW_S:
+                return False
+            self.restarts += 1
             self._start(self.model_path, "restart", "the server died")
+            self._last_restart = time.monotonic()
+            return True
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        if not self._ensure_running():
+            error = "the vLLM engine died again right after a restart; see its log under $SPADE_CACHE/servers"
+            return [Completion(text="", finish_reason="error", error=error) for _ in requests]
         if len(requests) <= 1:
             return [self._one(r, params) for r in requests]
         with ThreadPoolExecutor(max_workers=min(len(requests), MAX_CONCURRENCY)) as pool:
