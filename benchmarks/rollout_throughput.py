@@ -7,7 +7,14 @@ without ``--no-reuse`` to compare). The last line is machine-readable:
 
     ratio_vs_generation=<b/a> ratio_vs_sequential=<b/c>
 
+With ``--backend vllm`` it instead plays the same episodes through the rollout engine on both backends —
+the vLLM engine (its server streamed to, ``--vllm-dtype``) and the transformers backend as ``tiny`` runs it —
+and ends with
+
+    vllm_tokens_per_s=A transformers_tokens_per_s=B ratio=A/B
+
     .venv/bin/python benchmarks/rollout_throughput.py [--episodes 16] [--turns 3] [--tokens 32] [--no-reuse]
+    .venv/bin/python benchmarks/rollout_throughput.py --backend vllm [--episodes 32] [--tokens 128]
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from collections.abc import Iterable
 
 from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
+from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
 from spade_core.llm.hf import TransformersGenerator
 from spade_core.rollout import EpisodeSpec, RolloutEngine
 
@@ -73,6 +80,40 @@ def kv_bytes_per_token(generator: TransformersGenerator) -> int:
     return int(2 * cfg.num_hidden_layers * heads * head_dim * generator.model.dtype.itemsize)
 
 
+def timed_rollout(generator: Generator, specs: list[EpisodeSpec], rollout_cfg: RolloutConfig) -> tuple[int, float]:
+    """Generated tokens and seconds of one rollout of ``specs`` (after a two-episode warm-up)."""
+    cfg = load_config("tiny")
+    sampling = SamplingParams(temperature=cfg.model.temperature, seed=0)
+    engine = RolloutEngine(generator, rollout_cfg, sampling, jail_workers=cfg.validation.parallel_jails)
+    engine.run(specs[:2])
+    engine.stats.generated_tokens = 0
+    t0 = time.perf_counter()
+    engine.run(specs)
+    return engine.stats.generated_tokens, time.perf_counter() - t0
+
+
+def compare_backends(args: argparse.Namespace, specs: list[EpisodeSpec], rollout_cfg: RolloutConfig) -> None:
+    """The same episodes on the vLLM engine and on the transformers backend, one after the other."""
+    from spade_core.llm.vllm_server import VLLMGenerator
+
+    cfg = load_config("tiny")
+    engine_cfg = cfg.model.model_copy(update={"backend": "vllm", "dtype": args.vllm_dtype, "device": "cpu"})
+    t0 = time.perf_counter()
+    vllm = VLLMGenerator(engine_cfg)
+    print(f"vLLM engine ({args.vllm_dtype}) healthy after {time.perf_counter() - t0:.0f} s")
+    try:
+        v_tokens, v_seconds = timed_rollout(vllm, specs, rollout_cfg)
+    finally:
+        vllm.close()
+    print(f"vllm:         {v_tokens:6d} tokens in {v_seconds:6.1f} s = {v_tokens / v_seconds:7.1f} tok/s")
+    hf = TransformersGenerator(cfg.model.name_or_path, device="cpu", dtype=cfg.model.dtype, batch_size=args.episodes)
+    t_tokens, t_seconds = timed_rollout(hf, specs, rollout_cfg)
+    print(f"transformers: {t_tokens:6d} tokens in {t_seconds:6.1f} s = {t_tokens / t_seconds:7.1f} tok/s")
+    print(f"load average now: {os.getloadavg()[0]:.2f}")
+    v, t = v_tokens / v_seconds, t_tokens / t_seconds
+    print(f"vllm_tokens_per_s={v:.1f} transformers_tokens_per_s={t:.1f} ratio={v / t:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=16, help="episodes played at once (the batch)")
@@ -80,7 +121,17 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32, help="max new tokens per turn")
     parser.add_argument("--sequential", type=int, default=4, help="episodes played one at a time for (c)")
     parser.add_argument("--no-reuse", action="store_true", help="(b) and (a) re-prefill every turn, as (c)")
+    parser.add_argument(
+        "--backend", choices=("transformers", "vllm"), default="transformers", help="vllm: compare both backends"
+    )
+    parser.add_argument("--vllm-dtype", default="bfloat16", help="the engine's dtype with --backend vllm")
     args = parser.parse_args()
+    if args.backend == "vllm":
+        games = [e for e in load_seed_envs() if e.kind == "game"]
+        specs = [EpisodeSpec(games[i % len(games)].env_id, games[i % len(games)].code, i) for i in range(args.episodes)]
+        cfg = RolloutConfig(max_turns=args.turns, max_tokens_per_turn=args.tokens, max_context_tokens=4096)
+        compare_backends(args, specs, cfg)
+        return
 
     cfg = load_config("tiny")
     generator = TransformersGenerator(
