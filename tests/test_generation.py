@@ -379,7 +379,13 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
             pass
 
     cfg = load_config(
-        "tiny", overrides=["designer.repair_rounds=1", "designer.max_attempts=2", "memory.report_diversity=false"]
+        "tiny",
+        overrides=[
+            "designer.repair_rounds=1",
+            "designer.max_attempts=2",
+            "memory.report_diversity=false",
+            "designer.mode=write",  # a whole-module design: parameters mode would need the parent it varies
+        ],
     )
     messages = design_messages(None, "optimization", "easy")
     designs = pd.DataFrame(
