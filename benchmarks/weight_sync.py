@@ -31,7 +31,7 @@ from spade_core.llm.embedded import resolve_model
 from spade_core.llm.vllm_server import VLLMGenerator
 
 ASK = [GenerationRequest(messages=[{"role": "user", "content": "Name three colours."}])]
-GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8, logprobs=True)
 
 
 def moved_copy(base: str, out: Path) -> str:

@@ -157,35 +157,38 @@ def test_many_seeded_requests_with_long_prompts_keep_the_engine_alive(engine: VL
     assert [c.error for c in out] == [None] * 32 and engine.restarts == restarts
 
 
-def test_weights_reloaded_in_place_change_greedy_output_and_the_old_ones_restore_it(
+def test_a_new_checkpoint_serves_exactly_its_weights(
     engine: VLLMGenerator, moved_model: str, tiny_model_dir: str
 ) -> None:
     before = greedy_text(engine)
-    pid = engine.server.proc.pid if engine.server and engine.server.proc else None
-    swap = engine.load_checkpoint(moved_model)
-    assert swap is not None and swap.method == "reload" and swap.error is None, swap
-    assert engine.server is not None and engine.server.proc is not None and engine.server.proc.pid == pid
-    assert engine.model_ref == f"vllm:{Path(moved_model).name}"
+    engine.reload(moved_model)  # the mechanism: the running engine takes other weights ...
     assert greedy_text(engine) != before
-    back = engine.load_checkpoint(tiny_model_dir)
-    assert back is not None and back.method == "reload"
+    engine.reload(tiny_model_dir)  # ... and the old ones back
     assert greedy_text(engine) == before
-    assert engine.load_checkpoint(tiny_model_dir) is None  # already loaded: nothing to do
+    # ... but a tied-embedding model's head stays stale on a CPU, so load_checkpoint restarts for it, and a
+    # checkpoint then answers as a fresh start on it does.
+    swap = engine.load_checkpoint(moved_model)
+    assert swap is not None and swap.method == "restart" and "tied embeddings" in (swap.error or ""), swap
+    assert engine.model_ref == f"vllm:{Path(moved_model).name}"
+    fresh = VLLMGenerator(model_cfg(moved_model), startup_timeout_s=600)
+    try:
+        assert greedy_text(engine) == greedy_text(fresh) != before
+    finally:
+        fresh.close()
+    assert engine.load_checkpoint(moved_model) is None  # already loaded: nothing to do
 
 
 def test_the_lease_swaps_the_next_checkpoint_into_the_idle_server(
     engine: VLLMGenerator, tiny_model_dir: str, moved_model: str
 ) -> None:
-    base, moved = model_cfg(tiny_model_dir), model_cfg(moved_model)
-    leases._LOADED[base.model_dump_json()] = (engine, None)
+    moved, base = model_cfg(moved_model), model_cfg(tiny_model_dir)
+    leases._LOADED[moved.model_dump_json()] = (engine, None)
     try:
-        with leases._leased(moved, one_at_a_time=False) as served:
-            assert served is engine and engine.model_path == moved_model
-            assert [s.method for s in engine.take_swaps()][-1:] == ["reload"]
-        assert list(leases._LOADED) == [moved.model_dump_json()]
-        assert leases.release_models(wait=False, keep_reloadable=True) == 0  # kept for the next checkpoint
         with leases._leased(base, one_at_a_time=False) as served:
             assert served is engine and engine.model_path == tiny_model_dir
+            assert [s.method for s in engine.take_swaps()][-1:] == ["restart"]  # tied: see above
+        assert list(leases._LOADED) == [base.model_dump_json()]
+        assert leases.release_models(wait=False, keep_reloadable=True) == 0  # kept for the next checkpoint
     finally:
         leases._LOADED.clear()
 

@@ -16,7 +16,9 @@ turn prefills only what the last one added (``Completion.cached_tokens`` says ho
 Weights: :meth:`VLLMGenerator.load_checkpoint` reloads a new checkpoint into the running engine
 (``POST /collective_rpc reload_weights`` from the checkpoint directory, then ``POST /reset_prefix_cache``,
 which needs ``VLLM_SERVER_DEV_MODE=1``); only when that fails is the server restarted on the checkpoint,
-once. Every swap is kept as a :class:`WeightSwap` (method and seconds) for the stage that asked for it.
+once. On a CPU a model whose output head is tied to its embedding is restarted instead: reloaded in place
+it answered differently from a fresh start on the same checkpoint (the tied head kept the old weights).
+Every swap is kept as a :class:`WeightSwap` (method and seconds) for the stage that asked for it.
 
 Supervision: a server that died is restarted once — by whichever request in flight finds it dead first —
 and the batch goes on (one that dies again within five minutes is not restarted: its requests fail as
@@ -230,6 +232,11 @@ class VLLMGenerator:
         if self.server is None or not self.server.running:
             self._start(path, "restart", "the server was not running")
             return self.swaps[-1]
+        if self.on_cpu and ties_embeddings(path):
+            # Measured: reloaded in place, a tied-embedding model (SmolLM2) answered differently from a fresh
+            # start on the same checkpoint — vLLM 0.32's CPU reload leaves the tied output head stale.
+            self._start(path, "restart", "tied embeddings: a CPU reload would keep the old output head")
+            return self.swaps[-1]
         started = time.perf_counter()
         try:
             self.reload(path)
@@ -332,6 +339,15 @@ class VLLMGenerator:
     def close(self) -> None:
         self._stop()
         atexit.unregister(self.close)
+
+
+def ties_embeddings(model_path: str) -> bool:
+    """Whether the checkpoint's output head is its input embedding (``tie_word_embeddings``)."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("tie_word_embeddings", False))
 
 
 def completion_from(response: dict[str, Any], with_logprobs: bool) -> Completion:
