@@ -218,9 +218,10 @@ class DesignerConfig(_Section):
     train: bool = Field(True, description="False = the 'no designer training' ablation.")
     fixed_pool: str | None = Field(
         None,
-        pattern=r"^(seeds|starters|run:[A-Za-z0-9][A-Za-z0-9_.\-]*)$",
+        pattern=r"^(seeds|starters|run:[A-Za-z0-9][A-Za-z0-9_.\-]*|rlve:[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*)$",
         description="Fixed-environment baseline: no designer; the agent plays 'seeds' (the seed library), "
-        "'starters' (the starter environments) or 'run:RUN_ID' (the valid environments stored by that run). "
+        "'starters' (the starter environments), 'run:RUN_ID' (the valid environments stored by that run) or "
+        "'rlve:official16' / 'rlve:all' / 'rlve:NAME,...' (RLVE's environments under its difficulty controller). "
         "None = SPADE.",
     )
 
