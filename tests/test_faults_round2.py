@@ -230,6 +230,41 @@ def test_a_turn_longer_than_the_context_is_refused() -> None:
     assert result.exit_code == 2 and "must be <= rollout.max_context_tokens" in result.stderr
 
 
+def test_a_token_budget_beyond_the_models_context_window_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["run", "--run-id", "long", "--store", str(tmp_path), "--set", "designer.max_new_tokens=9000"]
+    )
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert (
+        "\n" not in line and "designer.max_new_tokens=9000 exceeds the context window of model 'embedded' (8192" in line
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_token_budgets_are_checked_against_a_local_models_own_window(tmp_path: Path) -> None:
+    from spade_core.config import ConfigError, load_config
+    from spade_core.pipeline.run_config import bind_run_config
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
+    store = Store(str(tmp_path / "store"))
+    fits = load_config("tiny", overrides=[f"model.name_or_path={model}", "rollout.max_context_tokens=1024"])
+    bind_run_config(store, "fits", fits)  # at the edge: bound
+    assert store.exists(f"{store.run_dir('fits')}/config.yaml")
+    over = load_config("tiny", overrides=[f"model.name_or_path={model}", "rollout.max_context_tokens=1025"])
+    with pytest.raises(ConfigError, match=r"rollout.max_context_tokens=1025 exceeds .* \(1024 tokens"):
+        bind_run_config(store, "over", over)
+    assert not store.exists(f"{store.run_dir('over')}/config.yaml")
+    # a budget of a feature that is off is not checked; on, it is
+    off = load_config("tiny", overrides=[f"model.name_or_path={model}", "validation.llm_validator_max_new_tokens=4096"])
+    bind_run_config(store, "off", off)
+    on = off.model_copy(update={"validation": off.validation.model_copy(update={"llm_validator": True})})
+    with pytest.raises(ConfigError, match=r"validation.llm_validator_max_new_tokens=4096"):
+        bind_run_config(store, "on", on)
+
+
 def _bomb(levels: int = 8) -> str:
     lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     for i in range(1, levels):

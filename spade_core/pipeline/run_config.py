@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config, load_config_text
+from spade_core.llm.context import check_token_budgets
 from spade_core.markers import artifact_hash, bound_settings
 from spade_core.store import Store
 
@@ -101,7 +102,9 @@ def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
 
     Raises:
         RunConfigMismatch: the run was started with settings that would change its artifacts; names the keys.
+        ConfigError: a token budget exceeds the model's context window (nothing is written).
     """
+    check_token_budgets(cfg)
     stored = load_run_config(store, run_id)
     if stored is None:
         store.write_text(run_config_path(store, run_id), cfg.to_yaml())
