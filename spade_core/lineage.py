@@ -13,32 +13,62 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.catalog import query
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
+from spade_core.markers import list_markers
+from spade_core.pipeline.run_config import load_run_config
 from spade_core.store import Store
 
 COLUMNS = ["depth", "env_id", "origin", "run_id", "gen", "skill", "win_rate", "regret"]
 MAX_DEPTH = 1000  # a chain longer than this is a cycle in corrupted rows, not a lineage
 
-DESIGNS_SQL = """
-select env_id, any_value(parent_env_id order by gen) as parent_env_id, min(gen) as gen,
-       any_value(run_id order by gen) as run_id, any_value(skill order by gen) as skill
-from designs where env_id is not null and (? is null or list_contains(?, run_id)) group by env_id
-"""
-SCORES_SQL = """
-select env_id, arg_max(win_rate, gen) as win_rate, arg_max(regret, gen) as regret
-from env_scores group by env_id
-"""
+
+def store_runs(store: Store) -> list[str]:
+    """Every run the store has markers or a config for, sorted."""
+    return sorted({path.rstrip("/").split("/")[-1] for path in store.fs.glob(store.path("runs", "*"))})
+
+
+def named_runs(store: Store, runs: list[str]) -> list[str]:
+    """``runs`` and, transitively, the runs their stored configs name (``designer.fixed_pool: run:ID``)."""
+    found: list[str] = []
+    todo = list(runs)
+    while todo:
+        run = todo.pop(0)
+        if run in found:
+            continue
+        found.append(run)
+        cfg = load_run_config(store, run)
+        pool = cfg.designer.fixed_pool if cfg is not None else None
+        if pool and pool.startswith("run:"):
+            todo.append(pool.removeprefix("run:"))
+    return found
+
+
+def marked_rows(store: Store, table: str, runs: list[str]) -> pd.DataFrame:
+    """The rows of ``table`` in the files the markers of ``runs`` list: a file written into a partition
+    around the pipeline (or under a run outside ``runs``) is not read."""
+    files = {
+        store.confine(path)
+        for run in runs
+        for records in list_markers(store, run).values()
+        for record in records.values()
+        for path in record.files.get(table, [])
+    }
+    return store.read_files(table, sorted(files))
 
 
 def lineage(store: Store, env_id: str, runs: list[str] | None = None) -> pd.DataFrame:
     """The chain from ``env_id`` (depth 0) to its oldest known ancestor, one row per environment with the
     :data:`COLUMNS`; ``origin`` is ``design`` (a design row of the store), ``starter`` or ``seed`` (the
-    library) or ``unknown``. ``runs``: only the design rows of these runs name parents (a row written under
-    another run cannot graft an ancestor on); None: every run's. Raises ``FileNotFoundError`` when
-    ``env_id`` is neither designed nor library."""
-    designs = query(store, DESIGNS_SQL, [runs, runs]).set_index("env_id")
-    scores = query(store, SCORES_SQL).set_index("env_id")
+    library) or ``unknown``. Rows are read from the files the markers of ``runs`` (and of the runs their
+    configs name) list, so a row written under another run, or around the pipeline, cannot graft an ancestor
+    on; None: every run of the store. Raises ``FileNotFoundError`` when ``env_id`` is neither designed nor
+    library."""
+    scope = named_runs(store, runs) if runs is not None else store_runs(store)
+    designs = marked_rows(store, "designs", scope)
+    designs = designs[designs["env_id"].notna()].sort_values("gen", kind="stable")
+    designs = designs.drop_duplicates("env_id").set_index("env_id")  # its first design names its parent
+    scores = marked_rows(store, "env_scores", scope).sort_values("gen", kind="stable")
+    scores = scores.drop_duplicates("env_id", keep="last").set_index("env_id")  # the latest generation's
     library = {e.env_id: ("starter", e.skill) for e in load_starter_envs()}
     library.update({e.env_id: ("seed", e.skill) for e in load_seed_envs()})
     if env_id not in designs.index and env_id not in library:

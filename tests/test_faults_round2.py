@@ -558,15 +558,40 @@ def test_a_symlink_inside_the_store_is_not_followed_by_spade_sql(tmp_path: Path)
 def test_a_designs_row_written_under_another_run_cannot_graft_a_parent_onto_a_lineage(tmp_path: Path) -> None:
     import pandas as pd
     from samples import design_row as sample_design
+    from samples import write_stage
 
     from spade_core.lineage import lineage
 
     store = Store(str(tmp_path))
     own = {**sample_design("class E: ...", "d1", "e1"), "parent_env_id": None}
     forged = {**sample_design("class E: ...", "d2", "e1"), "parent_env_id": "f0f0f0f0f0f0f0f0"}
-    store.write_table("designs", pd.DataFrame([own]), run_id="mine", gen=2, stage="design", shard=0)
+    write_stage(store, "mine", 2, "design", {"designs": pd.DataFrame([own])})
+    # the forgery: rows under another run, and inside the run's own partition, that no marker lists
     store.write_table("designs", pd.DataFrame([forged]), run_id="other", gen=1, stage="design", shard=0)
-    assert list(lineage(store, "e1", ["mine"]).env_id) == ["e1"]
-    assert list(lineage(store, "e1", ["other"]).env_id) == ["e1", "f0f0f0f0f0f0f0f0"]
-    result = runner.invoke(app, ["envs", "lineage", "e1", "--run-id", "mine", "--store", str(tmp_path)])
+    store.write_table("designs", pd.DataFrame([forged]), run_id="mine", gen=1, stage="design", shard=0)
+    for runs in (["mine"], None):
+        assert list(lineage(store, "e1", runs).env_id) == ["e1"], runs
+    result = runner.invoke(app, ["envs", "lineage", "e1", "--store", str(tmp_path)])
     assert result.exit_code == 0 and "f0f0f0f0f0f0f0f0" not in result.stdout, result.output
+    # the same row with a marker of the run is the run's own word: it names the parent
+    write_stage(store, "mine", 1, "design", {"designs": pd.DataFrame([forged])})
+    assert list(lineage(store, "e1", ["mine"]).env_id) == ["e1", "f0f0f0f0f0f0f0f0"]
+
+
+def test_a_lineage_follows_the_run_its_config_names_as_its_fixed_pool(tmp_path: Path) -> None:
+    import pandas as pd
+    from samples import design_row as sample_design
+    from samples import write_stage
+
+    from spade_core.config import load_config
+    from spade_core.lineage import lineage
+    from spade_core.pipeline.run_config import bind_run_config
+
+    store = Store(str(tmp_path))
+    parent = {**sample_design("class P: ...", "d0", "p0"), "parent_env_id": None}
+    child = {**sample_design("class C: ...", "d1", "c1"), "parent_env_id": "p0"}
+    write_stage(store, "source", 1, "design", {"designs": pd.DataFrame([parent])})
+    write_stage(store, "pool", 1, "design", {"designs": pd.DataFrame([child])})
+    assert list(lineage(store, "c1", ["pool"]).origin) == ["design", "unknown"]  # p0: not this run's
+    bind_run_config(store, "pool", load_config("tiny", overrides=["designer.fixed_pool=run:source"]))
+    assert list(lineage(store, "c1", ["pool"]).env_id) == ["c1", "p0"]

@@ -159,10 +159,10 @@ def test_the_catalog_reads_designs_written_before_the_lineage_column(tmp_path: P
     import pyarrow.parquet as pq
 
     store = Store(str(tmp_path))
-    written = store.write_table("designs", frame("designs", 1), run_id="old", gen=1, stage="design")
-    table = pq.read_table(written.path)
-    pq.write_table(table.drop_columns(["parent_env_id"]), written.path)  # as a writer before the column wrote it
-    assert "parent_env_id" not in pq.read_schema(written.path).names
+    (path,) = write_stage(store, "old", 1, "design", {"designs": frame("designs", 1)}).files["designs"]
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(["parent_env_id"]), path)  # as a writer before the column wrote it
+    assert "parent_env_id" not in pq.read_schema(path).names
     rows = query(store, "select design_id, parent_env_id from designs")
     assert rows.to_dict("records") == [{"design_id": "x1-0", "parent_env_id": None}]
     assert lineage(store, "e1")["origin"].tolist() == ["design"]

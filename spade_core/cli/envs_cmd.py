@@ -137,7 +137,11 @@ def show_lineage(
     ] = False,
     run_ids: Annotated[
         list[str] | None,
-        typer.Option("--run-id", help="Only the design rows of this run name parents; repeatable (default: all)."),
+        typer.Option(
+            "--run-id",
+            help="Only this run's rows (and those of the runs its config names) name parents; repeatable "
+            "(default: every run of the store).",
+        ),
     ] = None,
     store: StoreOpt = None,
     preset: PresetOpt = "tiny",
@@ -146,7 +150,8 @@ def show_lineage(
 ) -> None:
     """An environment's parent chain (designer.mode mutate or parameters): each ancestor with its origin (a
     design of the store, a starter or seed environment), generation, skill and its latest win rate and regret.
-    With --run-id, only the design rows of those runs name parents."""
+    Only rows in files a stage marker lists are read; with --run-id, only those of that run and of the runs
+    its config names (designer.fixed_pool run:ID)."""
     chain = lineage(open_store(resolve(preset, config, overrides, store)), env_id, run_ids or None)
     if as_json:
         typer.echo(chain.to_json(orient="records"))
