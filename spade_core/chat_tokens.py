@@ -11,20 +11,37 @@ from __future__ import annotations
 from typing import Any
 
 
-class ChatTokens:
-    """Renders chat turns into token-id deltas with a tokenizer's chat template."""
+def template_kwargs(enable_thinking: bool | None) -> dict[str, Any]:
+    """Extra chat-template variables for ``model.enable_thinking`` (None: none), as the authors'
+    ``--apply-chat-template-kwargs '{"enable_thinking":false}'``.
 
-    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None) -> None:
+    >>> template_kwargs(False), template_kwargs(None)
+    ({'enable_thinking': False}, {})
+    """
+    return {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+
+
+class ChatTokens:
+    """Renders chat turns into token-id deltas with a tokenizer's chat template.
+
+    ``extra`` holds template variables (``enable_thinking``); each is passed only when the template reads it,
+    so a template that does not take it renders as before.
+    """
+
+    def __init__(
+        self, tokenizer: Any, tools: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         template = getattr(tokenizer, "chat_template", None) or ""
         self.tools = tools if tools and "tools" in template else None
+        self.extra = {k: v for k, v in (extra or {}).items() if k in template}
         self.eos_text = tokenizer.eos_token or ""
         self.eos_id = tokenizer.eos_token_id
 
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
         return str(
             self.tokenizer.apply_chat_template(
-                messages, tools=self.tools, add_generation_prompt=add_generation_prompt, tokenize=False
+                messages, tools=self.tools, add_generation_prompt=add_generation_prompt, tokenize=False, **self.extra
             )
         )
 

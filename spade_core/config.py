@@ -120,6 +120,12 @@ class ModelConfig(_Section):
         "`top_k` field: set None for a server that rejects it.",
     )
     max_new_tokens: int = Field(1024, gt=0, le=TOKEN_LIMIT, description="Tokens per generation call.")
+    enable_thinking: bool | None = Field(
+        None,
+        description="Passed as enable_thinking to a chat template that reads it (Qwen3's), wherever this project "
+        "renders a chat [None = not passed; false in the paper presets, as the authors' "
+        "--apply-chat-template-kwargs '{\"enable_thinking\":false}'].",
+    )
     batch_size: int = Field(32, gt=0, description="Max sequences per batched generate call.")
     threads: int | None = Field(
         None,
@@ -146,6 +152,19 @@ class ModelConfig(_Section):
         description="backend=vllm: run without CUDA graphs / torch.compile (--enforce-eager); None = on a CPU "
         "only, where the compile cache does not load and every start would recompile for minutes.",
     )
+
+
+def sampling_cut(model: ModelConfig, top_p: float | None, top_k: int | None) -> dict[str, Any]:
+    """``top_p`` and ``top_k`` of a request that may set its own: None keeps the model's, top_k 0 = no cut.
+
+    >>> m = ModelConfig()
+    >>> sampling_cut(m, None, None), sampling_cut(m, 0.9, 0)
+    ({'top_p': 0.95, 'top_k': 20}, {'top_p': 0.9, 'top_k': None})
+    """
+    return {
+        "top_p": model.top_p if top_p is None else top_p,
+        "top_k": model.top_k if top_k is None else (top_k or None),
+    }
 
 
 class DesignerConfig(_Section):
@@ -280,6 +299,12 @@ class ValidationConfig(_Section):
     llm_validator_max_new_tokens: int = Field(
         16384, gt=0, le=TOKEN_LIMIT, description="Token budget of one LLM-validator judgement [16384, as the authors]."
     )
+    llm_validator_top_p: float | None = Field(
+        None, gt=0.0, le=1.0, description="Nucleus sampling of the LLM validator [None = model.top_p; 0.9 as theirs]."
+    )
+    llm_validator_top_k: int | None = Field(
+        None, ge=0, description="Top-k of the LLM validator [None = model.top_k; 0 = none, as theirs]."
+    )
     disabled_checks: list[str] = Field(
         default_factory=list, description="Checks of 'full' mode to skip, by name (VALIDATION_CHECKS)."
     )
@@ -365,6 +390,48 @@ class RolloutConfig(_Section):
         True,
         description="transformers backend: keep each live episode's KV cache between turns and prefill only "
         "the new tokens (exact under greedy decoding); False = re-prefill the whole conversation every turn.",
+    )
+    agent_prompt: Literal["ours", "authors"] = Field(
+        "ours",
+        description="The game agent's prompt (spade_core/agent_prompts.py): 'ours' = a system prompt naming the box "
+        "the engine plays (first under action=boxed, last under reply) and the observation as it is; 'authors' = no "
+        "system prompt, the first observation wrapped in their one-message template (orchestrator.py:256-265) "
+        "[ours; authors in the paper presets].",
+    )
+    tool_turns: Literal["count", "free"] = Field(
+        "count",
+        description="native tool protocol: 'count' = every agent turn, tool calls included, counts toward the "
+        "environment's turn limit (min(its max_turns, max_turns)); 'free' = a turn of tool calls counts only "
+        "toward max_turns agent turns, the environment's max_turns counts its own steps (answers, malformed "
+        "calls), as the authors' orchestrator.py:835-1003 [count; free in paper-tool-use].",
+    )
+    malformed_call_feedback: bool = Field(
+        False,
+        description="native protocol with mask_malformed_tool_calls: a masked malformed call also appends the "
+        "authors' '[FORMAT] Your previous <tool_call> could not be parsed...' line to the next observation "
+        "(orchestrator.py:937-945) [off; on in paper-tool-use].",
+    )
+    hinted_play_rules: Literal["same", "authors"] = Field(
+        "same",
+        description="'same' = hinted plays follow the no-hint episode rules; 'authors' = a hinted play always "
+        "gets max_tokens_per_turn tokens, skips end_without_eos and context_margin_tokens, is not retried, and "
+        "a play that fails (load, step, model) scores 0 instead of being left out or scoring step_error_return "
+        "(orchestrator.py:1783-1917) [same; authors in the paper presets].",
+    )
+    hint_prompt: Literal["ours", "authors"] = Field(
+        "ours",
+        description="How hints are asked for (spade_core/hints.py): 'ours' = a one-line system prompt, the rules in "
+        "the user message, the reply cut to hint_max_words; 'authors' = their long system prompt with a good and a "
+        "bad example (hint_generator.py:23-74), the code alone in the user message, no cut [ours; authors in "
+        "the paper presets].",
+    )
+    hint_top_p: float | None = Field(
+        None, gt=0.0, le=1.0, description="Nucleus sampling of hints [None = model.top_p; 0.9 in the paper presets]."
+    )
+    hint_top_k: int | None = Field(
+        None,
+        ge=0,
+        description="Top-k of hints [None = model.top_k; 0 = no top-k cut, as the authors' hint calls].",
     )
     hint_max_words: int = Field(100, gt=0, description="Hint length limit [100 words].")
     hint_temperature: float = Field(0.3, ge=0.0, le=2.0, description="Sampling temperature of hints [0.3].")
@@ -484,6 +551,21 @@ class TrainingConfig(_Section):
     adam_beta2: float = Field(0.98, gt=0, lt=1, description="AdamW beta2 [0.98].")
     tis_low: float = Field(0.0, ge=0, description="Truncated importance sampling: lower clamp of the weight [0].")
     tis_high: float = Field(2.0, gt=0, description="Truncated importance sampling: upper clamp of the weight [2.0].")
+    logprob_temperature: float = Field(
+        1.0,
+        gt=0.0,
+        le=2.0,
+        description="Temperature of the trainer's log-probs (the loss and the TIS numerator) [1.0; the authors' "
+        "--rollout-temperature 1.0, Slime loss.py:78-79].",
+    )
+    behaviour_logprob_temperature: float = Field(
+        1.0,
+        gt=0.0,
+        le=2.0,
+        description="Temperature the behaviour log-probs of TIS are taken at [1.0 = the raw distribution both "
+        "backends return, so on-policy weights are ~1; 0.6 in the paper presets: the authors' SGLang returns "
+        "log-probs at the sampling temperature, so every token is weighted clamp(p_T1 / p_T0.6, 0, 2)].",
+    )
     global_batch_size: int | None = Field(
         None,
         ge=1,

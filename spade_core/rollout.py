@@ -62,7 +62,7 @@ from sandbox.runtime.spade_env import is_malformed_call, parse_answer, parse_nat
 from sandbox.session import EnvSession, run_parallel
 from spade_core.actions import game_action
 from spade_core.agent_prompts import first_observation, system_prompt
-from spade_core.chat_tokens import ChatTokens
+from spade_core.chat_tokens import ChatTokens, template_kwargs
 from spade_core.config import RolloutConfig, SpadeConfig
 from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
 from spade_core.validate import limits_from_config
@@ -73,6 +73,11 @@ CONDITIONS = ("no_hint", "hint")
 STEP_FAULTS: frozenset[ErrorType] = frozenset({"exception", "contract_error"})
 MAX_STEP_WORKERS = 32
 NAN = float("nan")
+# What the authors append to the observation after a masked malformed tool call (orchestrator.py:937-945).
+MALFORMED_CALL_FEEDBACK = (
+    '[FORMAT] Your previous <tool_call> could not be parsed. Emit exactly: <tool_call>{"name": "<tool_name>", '
+    '"arguments": {<args>}}</tool_call>'
+)
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,15 @@ class _Episode:
     cache_key: str | None = None  # the slot its KV cache is kept under, until released
     attempt: int = 0  # 0 = the first play; k = the k-th retry after the environment broke it
     reply_start: int = 0  # where the last reply's tokens begin in token_ids
+    env_steps: int = 0  # replies that went to the environment's step (tool-call turns do not)
+    # rollout.hinted_play_rules=authors on a hinted play: a failure scores 0 (kept), and no episode rule cuts it
+    authors_hinted: bool = False
 
     def fail(self, error_type: str, message: str | None) -> None:
+        if self.authors_hinted:  # the authors' hinted arm: a failed play is a 0 (orchestrator.py:1783-1917)
+            self.messages.append({"role": "user", "content": f"[play failed: {error_type}] {message or ''}".strip()})
+            self.error, self.terminated, self.done = message, False, True
+            return
         self.error_type, self.error, self.done = error_type, message, True
 
     @property
@@ -128,6 +140,7 @@ class _Turn:
     action: str
     calls: list[tuple[str, dict[str, Any]]]
     eos: bool  # the reply ended with the end-of-turn token
+    malformed: bool = False  # a <tool_call> was written and none parsed (native protocol)
 
 
 @dataclass
@@ -154,8 +167,10 @@ class RolloutEngine:
         call_timeout_s: float = 5.0,
         tokenizer: Any = None,
         jail_workers: int = 2,
+        enable_thinking: bool | None = None,
     ) -> None:
         self.generator = generator
+        self.enable_thinking = enable_thinking  # model.enable_thinking, for the chat template
         self.cfg = cfg
         # Log-probs of every sampled token are kept: they are the behaviour policy for truncated importance
         # sampling at training time.
@@ -182,6 +197,7 @@ class RolloutEngine:
             cfg.validation.call_timeout_s,
             tokenizer,
             cfg.validation.parallel_jails,
+            cfg.model.enable_thinking,
         )
 
     # -- episode lifecycle ---------------------------------------------------------------------------
@@ -196,6 +212,7 @@ class RolloutEngine:
                 own_max_turns=self.cfg.game_max_turns,
             ),
             attempt=attempt,
+            authors_hinted=self.cfg.hinted_play_rules == "authors" and spec.condition == "hint",
         )
         result = episode.session.open()
         if result.ok:
@@ -206,17 +223,19 @@ class RolloutEngine:
         kind = episode.session.kind or "game"
         chat = self._chat(episode)
         in_template = chat is not None and chat.tools is not None
-        system = system_prompt(kind, episode.session.tools, in_template, self.cfg.tool_protocol)
+        style = self.cfg.agent_prompt
+        system = system_prompt(kind, episode.session.tools, in_template, self.cfg.tool_protocol, self.cfg.action, style)
         episode.messages = [
             *([{"role": "system", "content": system}] if system is not None else []),
-            {"role": "user", "content": first_observation(result.data["obs"], spec.hint)},
+            {"role": "user", "content": first_observation(result.data["obs"], spec.hint, kind, style)},
         ]
         if chat is not None:
             episode.token_ids = chat.prompt(episode.messages)
             episode.loss_mask = [0] * len(episode.token_ids)
             episode.logprobs = [0.0] * len(episode.token_ids)
             # the authors' check before the first reply (theirs only: ours lets the first turn run)
-            episode.done = self.cfg.context_margin_tokens is not None and self._context_spent(episode)
+            margin_rule = self.cfg.context_margin_tokens is not None and not episode.authors_hinted
+            episode.done = margin_rule and self._context_spent(episode)
         return episode
 
     def _open_safely(self, spec: EpisodeSpec, attempt: int = 0) -> _Episode:
@@ -224,14 +243,15 @@ class RolloutEngine:
         try:
             return self._open(spec, attempt)
         except Exception as exc:  # e.g. a tokenizer refusing text: data about this episode only
-            episode = _Episode(spec, EnvSession(spec.code), attempt=attempt)
+            hinted = self.cfg.hinted_play_rules == "authors" and spec.condition == "hint"
+            episode = _Episode(spec, EnvSession(spec.code), attempt=attempt, authors_hinted=hinted)
             episode.fail("jail_error", f"{type(exc).__name__}: {exc}")
             return episode
 
     def _retry_broken(self, episodes: list[_Episode]) -> None:
         """Replace, in place, every episode the environment broke that has retries left by a fresh play of
         the same spec (a new jail, the same seed); the broken one's jail is closed first."""
-        redo = [i for i, e in enumerate(episodes) if is_env_error(e.error_type) and e.attempt < self.cfg.env_retries]
+        redo = [i for i, e in enumerate(episodes) if self._retries_left(e)]
         if not redo:
             return
         self._release([episodes[i] for i in redo])
@@ -243,10 +263,15 @@ class RolloutEngine:
             episodes[i] = episode
         self.stats.retries += len(redo)
 
+    def _retries_left(self, episode: _Episode) -> bool:
+        """Whether the environment broke the play and it may be played again (``rollout.env_retries``)."""
+        return is_env_error(episode.error_type) and episode.attempt < self.cfg.env_retries
+
     def _chat(self, episode: _Episode) -> ChatTokens | None:
         if self.tokenizer is None:
             return None
-        return ChatTokens(self.tokenizer, episode.session.tools if episode.session.kind == "tool" else None)
+        tools = episode.session.tools if episode.session.kind == "tool" else None
+        return ChatTokens(self.tokenizer, tools, template_kwargs(self.enable_thinking))
 
     def _request(self, episode: _Episode) -> GenerationRequest:
         token_prompt = self.generator.supports_token_prompts and self.tokenizer is not None
@@ -288,7 +313,7 @@ class RolloutEngine:
         if self.tokenizer is None:
             return False
         left = self.cfg.max_context_tokens - len(episode.token_ids)
-        margin = self.cfg.context_margin_tokens
+        margin = None if episode.authors_hinted else self.cfg.context_margin_tokens
         return left <= margin if margin is not None else left < self.cfg.max_tokens_per_turn
 
     def _record_reply(self, episode: _Episode, completion: Completion) -> tuple[bool, bool, str]:
@@ -303,7 +328,7 @@ class RolloutEngine:
             if not ids:  # a server backend returned text only: tokenize it
                 ids = chat.completion_ids(completion.text, stopped=stopped)
             sampled = completion.logprobs
-            margin = self.cfg.context_margin_tokens
+            margin = None if episode.authors_hinted else self.cfg.context_margin_tokens
             room = self.cfg.max_context_tokens - len(episode.token_ids) - (margin or 0)
             if margin is not None and len(ids) > room:  # the authors' max_tokens = remaining - 64
                 ids, sampled, stopped = ids[: max(room, 0)], sampled[: max(room, 0)] if sampled else sampled, False
@@ -321,18 +346,20 @@ class RolloutEngine:
         """What the environment's ``step`` receives for ``reply`` (``rollout.action``; tool use: the reply)."""
         return reply if episode.session.kind == "tool" else game_action(reply, self.cfg.action)
 
-    def _native_calls(self, episode: _Episode, reply: str) -> list[tuple[str, dict[str, Any]]]:
+    def _native_calls(self, episode: _Episode, reply: str) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
         """The tool calls to run outside ``step`` for ``reply``: with the native protocol, every call of a
         tool-use reply without an ``<answer>`` (the authors' orchestrator.py:891-997); otherwise none, and the
         reply goes to ``step``. A malformed reply (``<tool_call>`` but no call) goes to ``step`` too, which
-        scores its format error; with ``rollout.mask_malformed_tool_calls`` its tokens leave the loss."""
+        scores its format error; with ``rollout.mask_malformed_tool_calls`` its tokens leave the loss. Also
+        returns whether the reply was such a masked malformed call."""
         if self.cfg.tool_protocol != "native" or episode.session.kind != "tool" or parse_answer(reply) is not None:
-            return []
+            return [], False
         calls = parse_native_calls(reply)
-        if self.cfg.mask_malformed_tool_calls and is_malformed_call(reply, calls):
+        masked = self.cfg.mask_malformed_tool_calls and is_malformed_call(reply, calls)
+        if masked:
             start = episode.reply_start
             episode.loss_mask[start:] = [0] * (len(episode.loss_mask) - start)
-        return calls
+        return calls, masked
 
     def _play(self, turn: _Turn) -> list[CallResult]:
         """Run one turn in the episode's jail: every call in order (stopping at a failed one), or one step."""
@@ -354,7 +381,7 @@ class RolloutEngine:
             self._record_step(episode, failed, eos)
             return
         episode.rewards.append(0.0)  # the authors' orchestrator.py:1000: a tool turn's reward is 0
-        if len(episode.rewards) >= episode.session.max_turns:
+        if len(episode.rewards) >= self._turn_limit(episode):
             episode.done = True  # out of turns: truncated, return 0
             return
         # str(): the reply comes from the jail, which the environment's code shares
@@ -362,9 +389,21 @@ class RolloutEngine:
             episode, [{"role": "tool", "content": str(r.data.get("output"))} for r in results], eos
         )
 
-    def _record_step(self, episode: _Episode, result: CallResult, ended_with_eos: bool) -> None:
+    def _turn_limit(self, episode: _Episode) -> int:
+        """Agent turns the episode may take: the environment's limit, or with ``rollout.tool_turns: free``
+        ``rollout.max_turns`` (tool-call turns then count toward the environment's limit not at all)."""
+        return self.cfg.max_turns if self.cfg.tool_turns == "free" else episode.session.max_turns
+
+    def _record_step(
+        self, episode: _Episode, result: CallResult, ended_with_eos: bool, malformed: bool = False
+    ) -> None:
+        episode.env_steps += 1
         if not result.ok:
-            if self.cfg.step_error_return is not None and result.error_type in STEP_FAULTS:
+            if (
+                self.cfg.step_error_return is not None
+                and result.error_type in STEP_FAULTS
+                and not episode.authors_hinted
+            ):
                 # the authors' synthetic_game_env.py:429-434: the play ends with that reward, not retried
                 episode.rewards.append(self.cfg.step_error_return)
                 episode.terminated = episode.done = True
@@ -375,11 +414,16 @@ class RolloutEngine:
         data = result.data
         episode.rewards.append(float(data["reward"]))
         episode.terminated = bool(data["terminated"])
-        turns = len(episode.rewards)
-        if episode.terminated or data["truncated"] or turns >= episode.session.max_turns:
+        out_of_turns = episode.env_steps >= episode.session.max_turns or len(episode.rewards) >= self._turn_limit(
+            episode
+        )
+        if episode.terminated or data["truncated"] or out_of_turns:
             episode.done = True
             return
-        self._append_observations(episode, [{"role": "user", "content": data["obs"]}], ended_with_eos)
+        observation = data["obs"]
+        if malformed and self.cfg.malformed_call_feedback:  # the authors' orchestrator.py:937-945
+            observation = f"{observation}\n\n{MALFORMED_CALL_FEEDBACK}"
+        self._append_observations(episode, [{"role": "user", "content": observation}], ended_with_eos)
 
     def _append_observations(self, episode: _Episode, following: list[dict[str, str]], ended_with_eos: bool) -> None:
         """Close the agent's turn and add what the environment answered (messages and tokens, mask 0)."""
@@ -457,7 +501,7 @@ class RolloutEngine:
             episode = episodes[index] = open_(specs[index], 0)
             try:
                 while True:
-                    if is_env_error(episode.error_type) and episode.attempt < self.cfg.env_retries:
+                    if self._retries_left(episode):
                         episode.session.close()
                         episode = episodes[index] = open_(episode.spec, episode.attempt + 1)
                         with lock:
@@ -491,16 +535,17 @@ class RolloutEngine:
             episode.fail("model_error", completion.error)
             return None
         eos, cut, reply = self._record_reply(episode, completion)
-        if self.cfg.end_without_eos and cut:
+        if self.cfg.end_without_eos and cut and not episode.authors_hinted:
             episode.done = True  # cut at the token limit: truncated, unplayed, return 0
             return None
-        return _Turn(episode, self._action(episode, reply), self._native_calls(episode, reply), eos)
+        calls, malformed = self._native_calls(episode, reply)
+        return _Turn(episode, self._action(episode, reply), calls, eos, malformed)
 
     def _record_turn(self, turn: _Turn, results: list[CallResult]) -> None:
         if turn.calls:
             self._record_tools(turn.episode, turn.calls, results, turn.eos)
         else:
-            self._record_step(turn.episode, results[0], turn.eos)
+            self._record_step(turn.episode, results[0], turn.eos, turn.malformed)
 
     def _count_prompts(self, completions: Sequence[Completion]) -> None:
         self.stats.prompt_tokens += sum(c.prompt_tokens for c in completions)

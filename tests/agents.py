@@ -50,7 +50,7 @@ class Scripted:
         out = []
         for r in requests:
             first = next(m["content"] for m in r.messages if m["role"] == "user")
-            seed = int(re.match(r"seed (\d+):", first).group(1))  # type: ignore[union-attr]
+            seed = int(re.search(r"seed (\d+):", first).group(1))  # type: ignore[union-attr]
             n = self.calls.get(seed, 0)
             self.calls[seed] = n + 1
             if seed in self.fail:

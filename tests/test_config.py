@@ -188,6 +188,20 @@ PAPER = {
     "rollout.end_without_eos": True,
     "rollout.step_error_return": -1.0,
     "training.step_on_zero_signal": True,
+    # --apply-chat-template-kwargs '{"enable_thinking":false}' (train_spade_30b.sh:107, _train_spade_blend.sh:161).
+    "model.enable_thinking": False,
+    # The actor template (orchestrator.py:256-265): one user message wrapping the first observation.
+    "rollout.agent_prompt": "authors",
+    # Hints (hint_generator.py:23-74; the model adapter's top_p 0.9 and no top-k) and the hinted arm's rules
+    # (orchestrator.py:1783-1917: actor_max_tokens always, no EOS / context checks, a failed play is 0).
+    "rollout.hint_prompt": "authors",
+    "rollout.hint_top_p": 0.9,
+    "rollout.hint_top_k": 0,
+    "rollout.hinted_play_rules": "authors",
+    # TIS: Megatron's log-probs at --rollout-temperature 1.0 (Slime loss.py:78-79), SGLang's at the sampling
+    # temperature (SGLANG_RETURN_ORIGINAL_LOGPROB is set nowhere).
+    "training.logprob_temperature": 1.0,
+    "training.behaviour_logprob_temperature": 0.6,
 }
 PAPER_GAMES = {
     **PAPER,
@@ -220,6 +234,12 @@ PAPER_TOOL_USE = {
     "validation.llm_validator": True,
     "validation.llm_validator_temperature": 0.3,
     "validation.llm_validator_max_new_tokens": 16384,
+    "validation.llm_validator_top_p": 0.9,
+    "validation.llm_validator_top_k": 0,
+    # 25 agent turns, tool calls outside the environment's max_turns; the [FORMAT] line after a masked
+    # malformed call (orchestrator.py:835-1003, 937-945).
+    "rollout.tool_turns": "free",
+    "rollout.malformed_call_feedback": True,
 }
 
 
@@ -259,6 +279,12 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert not cfg.designer.multiturn and not cfg.validation.reset_gate, preset
         assert not cfg.validation.llm_validator, preset
         assert not cfg.training.step_on_zero_signal, preset
+        assert cfg.model.enable_thinking is None, preset
+        assert (rules.agent_prompt, rules.hint_prompt, rules.hinted_play_rules) == ("ours", "ours", "same"), preset
+        assert rules.hint_top_p is None and rules.hint_top_k is None, preset
+        assert rules.tool_turns == "count" and not rules.malformed_call_feedback, preset
+        assert cfg.validation.llm_validator_top_p is None and cfg.validation.llm_validator_top_k is None, preset
+        assert cfg.training.logprob_temperature == cfg.training.behaviour_logprob_temperature == 1.0, preset
 
 
 def test_tiny_shows_memory_examples_whole_and_the_paper_presets_cut_them_as_the_authors() -> None:

@@ -19,8 +19,9 @@ from typing import Any
 import pandas as pd
 
 from sandbox.session import EnvSession, run_parallel
+from spade_core.config import sampling_cut
 from spade_core.hashing import short_hash
-from spade_core.hints import clean_hint, hint_messages, hint_row, leaked_values, rewrite_messages
+from spade_core.hints import hint_messages, hint_row, leaked_values, read_hint, rewrite_messages
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.rollout import hint_seeds
@@ -46,6 +47,19 @@ def _solutions(ctx: GenerationContext, env_id: str, code: str) -> list[str]:
     return out
 
 
+def hint_sampling(ctx: GenerationContext) -> SamplingParams:
+    """Sampling of hint requests: ``rollout.hint_temperature``, ``hint_top_p`` / ``hint_top_k`` (the model's
+    when unset; the authors': 0.3, 0.9, no top-k) and ``hint_max_new_tokens`` (2 x hint_max_words unset)."""
+    rollout = ctx.cfg.rollout
+    return SamplingParams.from_config(
+        ctx.cfg.model,
+        max_new_tokens=rollout.hint_max_new_tokens or max(32, 2 * rollout.hint_max_words),
+        temperature=rollout.hint_temperature,
+        seed=ctx.seed + 2,
+        **sampling_cut(ctx.cfg.model, rollout.hint_top_p, rollout.hint_top_k),
+    )
+
+
 def rewrite_seed(ctx: GenerationContext, round_: int, env_id: str = "") -> int:
     """The sampling seed of rewrite round ``round_`` (1-based): of the call, or of one env's request."""
     return int(short_hash(f"{ctx.seed}:hint-rewrite:{round_}:{env_id}", 8), 16) % (2**31)
@@ -61,7 +75,7 @@ def rewrite_leaks(
 ) -> tuple[list[str], dict[str, int]]:
     """``texts`` with every leaking hint rewritten up to ``rollout.hint_rewrites`` times, and counts:
     ``leaked`` (first hints that leaked), ``rewrites`` (rewrite requests), ``still_leaking`` (final hints)."""
-    max_words = ctx.cfg.rollout.hint_max_words
+    max_words, style = ctx.cfg.rollout.hint_max_words, ctx.cfg.rollout.hint_prompt
     texts = list(texts)
     leaking = {i: found for i, t in enumerate(texts) if (found := leaked_values(t, solutions[i]))}
     counts = {"leaked": len(leaking), "rewrites": 0}
@@ -72,7 +86,7 @@ def rewrite_leaks(
         order = sorted(leaking)
         requests = [
             GenerationRequest(
-                messages=rewrite_messages(codes[i], kinds[i], max_words, texts[i], leaking[i]),
+                messages=rewrite_messages(codes[i], kinds[i], max_words, texts[i], leaking[i], style),
                 seed=rewrite_seed(ctx, round_, ids[i]),
             )
             for i in order
@@ -80,7 +94,7 @@ def rewrite_leaks(
         replies = generator.generate(requests, replace(params, seed=rewrite_seed(ctx, round_)))
         counts["rewrites"] += len(requests)
         for i, reply in zip(order, replies, strict=True):
-            rewritten = clean_hint(reply.text, max_words) if reply.error is None else ""
+            rewritten = read_hint(reply.text, max_words, style) if reply.error is None else ""
             if rewritten:
                 texts[i] = rewritten
         leaking = {i: found for i in order if (found := leaked_values(texts[i], solutions[i]))}
@@ -95,20 +109,17 @@ def hints_and_counts(
     jails) and the leak counts of :func:`rewrite_leaks`."""
     if envs.empty:
         return pd.DataFrame(), {"leaked": 0, "rewrites": 0, "still_leaking": 0}
-    max_words = ctx.cfg.rollout.hint_max_words
-    requests = [GenerationRequest(messages=hint_messages(e.code, e.kind, max_words)) for e in envs.itertuples()]
     rollout = ctx.cfg.rollout
-    budget = rollout.hint_max_new_tokens or max(32, 2 * max_words)
-    params = SamplingParams.from_config(
-        ctx.cfg.model, max_new_tokens=budget, temperature=rollout.hint_temperature, seed=ctx.seed + 2
-    )
+    max_words, style = rollout.hint_max_words, rollout.hint_prompt
+    requests = [GenerationRequest(messages=hint_messages(e.code, e.kind, max_words, style)) for e in envs.itertuples()]
+    params = hint_sampling(ctx)
     replies = generator.generate(requests, params)
     solutions = run_parallel(
         lambda env: _solutions(ctx, env[0], env[1]),
         list(zip(envs["env_id"], envs["code"], strict=True)),
         ctx.cfg.validation.parallel_jails,
     )
-    first = [clean_hint(r.text, max_words) for r in replies]
+    first = [read_hint(r.text, max_words, style) for r in replies]
     texts, counts = rewrite_leaks(ctx, envs, first, solutions, generator, params)
     rows = [
         {**hint_row(e.env_id, text, sols, generator.model_ref), "policy_step": ctx.model_step}

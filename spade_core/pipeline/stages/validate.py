@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from spade_core.config import sampling_cut
 from spade_core.corpus import sample_documents
 from spade_core.design import REPAIR_MODULE, REPAIR_PARAMETERS, design_row, repair_messages
 from spade_core.hashing import short_hash
@@ -88,6 +89,7 @@ def judge_designs(ctx: GenerationContext, rows: list[dict[str, Any]], codes: lis
         temperature=cfg.llm_validator_temperature,
         max_new_tokens=cfg.llm_validator_max_new_tokens,
         seed=ctx.seed,
+        **sampling_cut(ctx.cfg.model, cfg.llm_validator_top_p, cfg.llm_validator_top_k),
     )
     for row, judgement in zip(rows, judge(generator, codes, params), strict=True):
         row["llm_verdict"], row["llm_reason"] = judgement.verdict, judgement.reason

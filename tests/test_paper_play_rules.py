@@ -1,0 +1,138 @@
+"""The paper presets' play rules that are settings, each played in real jails with a scripted agent, both
+ways: the agent prompt (``rollout.agent_prompt``), the hinted arm's rules (``rollout.hinted_play_rules``) and
+the tool-use turn count and format feedback (``rollout.tool_turns``, ``rollout.malformed_call_feedback``)."""
+
+from __future__ import annotations
+
+import pytest
+from agents import Scripted
+from test_episode_rules import ECHO
+from test_tool_protocol import DEPOSIT_AND_LOOK, MALFORMED, NATIVE, SAFE
+
+from spade_core.agent_prompts import AUTHORS_GAME_USER, game_system
+from spade_core.config import RolloutConfig
+from spade_core.envs.contract import env_id_for
+from spade_core.llm.base import SamplingParams
+from spade_core.rollout import MALFORMED_CALL_FEEDBACK, EpisodeSpec, RolloutEngine
+
+pytestmark = pytest.mark.usefixtures("jail_processes_checked")
+
+GAME = RolloutConfig(max_turns=5, max_tokens_per_turn=16, max_context_tokens=2048)
+
+
+def play(agent: Scripted, code: str, specs: list[tuple[int, str, str | None]], cfg: RolloutConfig, tokenizer=None):  # type: ignore[no-untyped-def]
+    engine = RolloutEngine(agent, cfg, SamplingParams(seed=0), call_timeout_s=1.5, tokenizer=tokenizer)
+    rows = engine.run([EpisodeSpec(env_id_for(code), code, seed, cond, hint) for seed, cond, hint in specs])
+    return rows, engine
+
+
+# -- rollout.agent_prompt -------------------------------------------------------------------------------------
+def test_our_prompt_names_the_box_the_engine_plays() -> None:
+    reply = "\\boxed{a} no wait \\boxed{b}"
+    for action, returned in (("boxed", 1.0), ("reply", 0.0)):
+        (row,), _ = play(
+            Scripted({0: [reply]}), ECHO, [(0, "no_hint", None)], GAME.model_copy(update={"action": action})
+        )
+        system = row["transcript"][0]
+        assert system == {"role": "system", "content": game_system(action)}
+        # boxed: the first box is played and the prompt says so; reply: the game reads the reply (its last box)
+        assert ("Only the first" in system["content"]) == (action == "boxed")
+        assert row["episode_return"] == returned
+
+
+def test_the_authors_prompt_is_one_user_message_wrapping_the_first_observation_and_its_hint() -> None:
+    cfg = GAME.model_copy(update={"agent_prompt": "authors", "action": "boxed"})
+    specs = [(0, "no_hint", None), (1, "hint", "say a")]
+    rows, _ = play(Scripted({0: ["\\boxed{b}", "\\boxed{a}"], 1: ["\\boxed{a}"]}), ECHO, specs, cfg)
+    plain, hinted = rows
+    assert [m["role"] for m in plain["transcript"]] == ["user", "assistant", "user", "assistant"]
+    assert plain["transcript"][0]["content"] == AUTHORS_GAME_USER.format(observation="seed 0: say a")
+    assert plain["transcript"][2]["content"] == "got \\boxed{b}"  # later observations come as they are
+    assert hinted["transcript"][0]["content"] == AUTHORS_GAME_USER.format(observation="seed 1: say a\n\nHINT: say a")
+    assert plain["episode_return"] == hinted["episode_return"] == 1.0
+    tool_cfg = NATIVE.model_copy(update={"agent_prompt": "authors"})  # tool use: the same under both
+    (tool,), _ = play(Scripted({0: ["<answer>15</answer>"]}), SAFE, [(0, "no_hint", None)], tool_cfg)
+    assert tool["transcript"][0]["role"] == "system" and tool["transcript"][1]["content"].startswith("seed 0:")
+
+
+# -- rollout.hinted_play_rules --------------------------------------------------------------------------------
+PAPER_RULES = GAME.model_copy(
+    update={"action": "boxed", "end_without_eos": True, "step_error_return": -1.0, "context_margin_tokens": 64}
+)
+
+
+def test_authors_hinted_plays_score_a_failure_0_and_skip_the_no_eos_rule(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    tok = tiny_generator.tokenizer
+    script = {
+        0: ["\\boxed{crash}"],
+        1: [("\\boxed{a}", "length")],
+        2: ["\\boxed{crash}"],
+        3: [("\\boxed{a}", "length")],
+    }
+    specs = [(0, "hint", "h"), (1, "hint", "h"), (2, "no_hint", None), (3, "no_hint", None)]
+    cfg = PAPER_RULES.model_copy(update={"hinted_play_rules": "authors"})
+    rows, engine = play(Scripted(script), ECHO, specs, cfg, tok)
+    crashed, cut, plain_crashed, plain_cut = rows
+    # hinted: a raising step is a 0 that counts (no error, not retried); a reply without EOS is played
+    assert (crashed["episode_return"], crashed["error_type"], crashed["terminated"]) == (0.0, None, False)
+    assert crashed["transcript"][-1]["content"].startswith("[play failed: exception]")
+    assert (cut["turns"], cut["episode_return"]) == (1, 1.0)
+    # no-hint plays keep the no-hint rules: -1 for the raising step, the cut reply unplayed
+    assert (plain_crashed["episode_return"], plain_cut["turns"], plain_cut["episode_return"]) == (-1.0, 0, 0.0)
+    assert engine.stats.retries == 0
+    rows, _ = play(Scripted(script), ECHO, specs[:2], PAPER_RULES, tok)  # same: the no-hint rules for both
+    assert (rows[0]["episode_return"], rows[1]["turns"], rows[1]["episode_return"]) == (-1.0, 0, 0.0)
+
+
+def test_authors_hinted_plays_keep_a_model_failure_as_0_and_ignore_the_context_margin(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    tok = tiny_generator.tokenizer
+    words = " ".join(["word"] * 60) + " \\boxed{a}"
+    agent = Scripted({0: ["x"], 1: [words]}, fail=frozenset({0}))
+    specs = [(0, "hint", "h"), (1, "hint", "h")]
+    (opened,), _ = play(Scripted({1: [words]}), ECHO, specs[1:], GAME.model_copy(update={"max_turns": 1}), tok)
+    prompt = opened["loss_mask"].index(1)
+    cfg = PAPER_RULES.model_copy(update={"max_context_tokens": prompt + 64 + 10, "hinted_play_rules": "authors"})
+    failed, long = play(agent, ECHO, specs, cfg, tok)[0]
+    assert (failed["error_type"], failed["episode_return"]) == (None, 0.0)
+    assert sum(long["loss_mask"]) > 10 and long["episode_return"] == 1.0  # not cut to leave 64 tokens
+    failed, long = play(agent, ECHO, specs, cfg.model_copy(update={"hinted_play_rules": "same"}), tok)[0]
+    assert failed["error_type"] == "model_error" and sum(long["loss_mask"]) == 10 and long["episode_return"] == 0.0
+
+
+# -- rollout.tool_turns, rollout.malformed_call_feedback ------------------------------------------------------
+TWO_TURNS = """class Short(ToolEnv):
+    def __init__(self, max_turns=2, **kwargs):
+        super().__init__(max_turns=max_turns, **kwargs)
+"""
+SHORT = SAFE.replace("class Safe(ToolEnv):", TWO_TURNS)
+LOOK = '<tool_call>{"name": "balance", "arguments": {}}</tool_call>'
+
+
+def test_free_tool_turns_count_only_toward_max_turns(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    tok = tiny_generator.tokenizer
+    script = {0: [DEPOSIT_AND_LOOK, LOOK, LOOK, "<answer>15</answer>"]}
+    own = NATIVE.model_copy(update={"game_max_turns": True})  # the environment keeps its max_turns 2, cap 4
+    (counted,), _ = play(Scripted(script), SHORT, [(0, "no_hint", None)], own, tok)
+    assert (counted["turns"], counted["episode_return"], counted["terminated"]) == (2, 0.0, False)
+    (free,), _ = play(
+        Scripted(script), SHORT, [(0, "no_hint", None)], own.model_copy(update={"tool_turns": "free"}), tok
+    )
+    assert (free["turns"], free["episode_return"], free["rewards"]) == (4, 1.0, [0.0, 0.0, 0.0, 1.0])
+    # free: max_turns still bounds the agent's turns
+    (capped,), _ = play(
+        Scripted({0: [LOOK]}), SHORT, [(0, "no_hint", None)], own.model_copy(update={"tool_turns": "free"}), tok
+    )
+    assert capped["turns"] == own.max_turns and capped["episode_return"] == 0.0
+
+
+def test_a_masked_malformed_call_gets_the_authors_format_line(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    tok = tiny_generator.tokenizer
+    script = {0: [MALFORMED, DEPOSIT_AND_LOOK, "<answer>15</answer>"]}
+    (row,), _ = play(
+        Scripted(script), SAFE, [(0, "no_hint", None)], NATIVE.model_copy(update={"malformed_call_feedback": True}), tok
+    )
+    observation = row["transcript"][3]["content"]
+    assert observation.startswith("Format error") and observation.endswith("\n\n" + MALFORMED_CALL_FEEDBACK)
+    assert row["episode_return"] == 1.0 and sum(m["content"].count("[FORMAT]") for m in row["transcript"]) == 1
+    (row,), _ = play(Scripted(script), SAFE, [(0, "no_hint", None)], NATIVE, tok)  # off: the format error alone
+    assert "[FORMAT]" not in row["transcript"][3]["content"]
