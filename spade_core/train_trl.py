@@ -9,7 +9,12 @@
   token's advantage by its truncated importance weight ``clamp(exp(logp_train - logp_behaviour), low,
   high)`` — TRL accepts advantages of shape (B, T) from subclasses, and for every clipped-surrogate loss a
   non-negative per-token factor on the advantage is the same as on the per-token loss. Tokens without a
-  behaviour log-prob keep weight 1. It also scales the loss by :func:`sample_mean_scale`, so that a
+  behaviour log-prob keep weight 1. Which temperature each side's log-probs are taken at is a setting
+  (:func:`behaviour_at_temperature`): the trainer's at ``training.logprob_temperature`` (also the loss's;
+  the authors' ``--rollout-temperature 1.0``), the behaviour's at ``training.behaviour_logprob_temperature``
+  (1 = the raw log-probs both backends store; the authors' SGLang returns them at the sampling
+  temperature 0.6, so their every token is weighted clamp(p_T1 / p_T0.6, 0, 2)). The weights' spread over
+  the trained tokens is logged (``tis/weight_*``). It also scales the loss by :func:`sample_mean_scale`, so that a
   per-sample loss averages over the step's samples and not over the padding rows that fill the last
   micro-batch.
 - With ``training.beta`` > 0 the subclass adds the KL term itself, against the *base model* (checkpoint 0,
@@ -131,6 +136,90 @@ def sample_mean_scale(loss_type: str, rows: int, samples: int) -> float:
     return rows / samples if loss_type in PER_ROW_LOSSES else 1.0
 
 
+def behaviour_at_temperature(stored: Any, trainer_at_one: Any, trainer_at_t: Any, temperature: float) -> Any:
+    """The behaviour log-probs at ``temperature``, from the raw (temperature 1) ones the backend stored.
+
+    A token's log-prob at temperature T is ``l_x / T - logsumexp(l / T)``; at 1, ``l_x - logsumexp(l)``. The
+    stored log-prob gives the engine's ``l_x - logsumexp(l)`` only, so the normaliser at T comes from the
+    trainer's own logits: ``behaviour_T = trainer_T + (stored - trainer_1) / T`` — exact when the engine and
+    the trainer agree, and their disagreement (what TIS corrects) carried over as the engine's logits scaled
+    by 1/T would carry it. A token with no stored log-prob (NaN) is taken as agreeing.
+
+    >>> import torch
+    >>> logits = torch.tensor([2.0, 0.5, -1.0])
+    >>> at = lambda t: torch.log_softmax(logits / t, -1)[1:2]  # the token with logit 0.5
+    >>> torch.allclose(behaviour_at_temperature(at(1.0), at(1.0), at(0.6), 0.6), at(0.6))
+    True
+    """
+    import torch
+
+    mismatch = torch.nan_to_num(stored - trainer_at_one, nan=0.0)
+    return trainer_at_t + mismatch / temperature
+
+
+def weight_spread(weights: Any, mask: Any) -> dict[str, float]:
+    """Summary of the TIS weights of the trained tokens (``mask``): min, 10th / 50th / 90th percentile, max.
+
+    >>> import torch
+    >>> weight_spread(torch.tensor([[0.5, 1.0, 2.0], [9.0, 1.0, 1.0]]), torch.tensor([[1, 1, 1], [0, 1, 1]]))
+    {'weight_min': 0.5, 'weight_p10': 0.7, 'weight_p50': 1.0, 'weight_p90': 1.6, 'weight_max': 2.0}
+    """
+    import torch
+
+    values = weights[mask.bool()].float()
+    if values.numel() == 0:
+        return {}
+    q = torch.quantile(values, torch.tensor([0.1, 0.5, 0.9], dtype=values.dtype, device=values.device)).tolist()
+    return {
+        "weight_min": round(float(values.min()), 6),
+        "weight_p10": round(q[0], 6),
+        "weight_p50": round(q[1], 6),
+        "weight_p90": round(q[2], 6),
+        "weight_max": round(float(values.max()), 6),
+    }
+
+
+# Output-head settings whose logits the plain projection of :func:`logps_at_temperatures` would not reproduce.
+_HEAD_SCALINGS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
+
+
+def logps_at_temperatures(
+    model: Any, ids: Any, attention: Any, completion_len: int, temperatures: list[float], rows: int, chunk: int = 512
+) -> dict[float, Any]:
+    """Per-token log-probs of the last ``completion_len`` tokens of ``ids`` at each temperature (no gradient).
+
+    ``rows`` sequences at a time through the backbone, then the output head over ``chunk`` positions at a
+    time in float32, so the full (positions x vocabulary) logits never exist at once. A model whose head
+    scales or soft-caps its logits is refused (the projection here would not match its log-probs).
+    """
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    text = base.config.get_text_config()
+    scaled = [k for k in _HEAD_SCALINGS if getattr(text, k, None) not in (None, 1.0)]
+    if scaled:
+        raise ValueError(
+            f"training.behaviour_logprob_temperature != 1 needs a plain output head; this model sets {scaled}"
+        )
+    head = base.get_output_embeddings()
+    out: dict[float, list[Any]] = {t: [] for t in temperatures}
+    with torch.no_grad():
+        for start in range(0, ids.size(0), rows):
+            batch_ids, batch_attention = ids[start : start + rows], attention[start : start + rows]
+            hidden = base.base_model(input_ids=batch_ids, attention_mask=batch_attention).last_hidden_state
+            hidden = hidden[:, -completion_len - 1 : -1].to(head.weight.device)
+            labels = batch_ids[:, -completion_len:].to(head.weight.device)
+            per_t: dict[float, list[Any]] = {t: [] for t in temperatures}
+            for pos in range(0, completion_len, chunk):
+                logits = head(hidden[:, pos : pos + chunk]).float()
+                token = labels[:, pos : pos + chunk].unsqueeze(-1)
+                for t in temperatures:
+                    per_t[t].append(torch.log_softmax(logits / t, dim=-1).gather(-1, token).squeeze(-1))
+            for t in temperatures:
+                out[t].append(torch.cat(per_t[t], dim=1))
+    return {t: torch.cat(v, dim=0) for t, v in out.items()}
+
+
 KL_CLAMP = 10.0  # Slime clamps low_var_kl to [-10, 10] per token
 
 
@@ -159,8 +248,11 @@ def spade_trainer_class(
     loss_scale: float = 1.0,
     kl_coef: float = 0.0,
     reference: str | None = None,
+    behaviour_temperature: float | None = None,
 ) -> Any:
-    """``GRPOTrainer`` with SPADE's advantages, truncated importance sampling, the loss scaled by
+    """``GRPOTrainer`` with SPADE's advantages, truncated importance sampling (behaviour log-probs at
+    ``behaviour_temperature``, by default the args' ``behaviour_logprob_temperature`` (:func:`grpo_args`),
+    else 1; the trainer's at its ``args.temperature``), the loss scaled by
     ``loss_scale`` (:func:`sample_mean_scale`) and, when ``kl_coef`` > 0, ``kl_coef`` times the
     :func:`low_var_kl` term against the model at ``reference`` (the base model; see the module doc)."""
     import torch
@@ -173,6 +265,12 @@ def spade_trainer_class(
         tis_bounds = (tis_low, tis_high)
         sample_mean_scale = loss_scale
         kl = (kl_coef, reference)
+        behaviour_temperature_set = behaviour_temperature
+
+        @property
+        def behaviour_t(self) -> float:
+            chosen = self.behaviour_temperature_set
+            return float(getattr(self.args, "behaviour_logprob_temperature", 1.0) if chosen is None else chosen)
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -274,12 +372,37 @@ def spade_trainer_class(
             if behaviour is None:
                 self._log_tis(torch.ones_like(loss_mask, dtype=torch.float32), loss_mask, clipped=None)
                 return torch.ones_like(loss_mask, dtype=torch.float32)
-            train_logps = self._logps(self.model, out)
             known = ~torch.isnan(behaviour)
-            raw = torch.exp(torch.where(known, train_logps - torch.nan_to_num(behaviour), torch.zeros_like(behaviour)))
+            if self.behaviour_t == 1.0:
+                train_logps = self._logps(self.model, out)
+                log_ratio = torch.where(known, train_logps - torch.nan_to_num(behaviour), torch.zeros_like(behaviour))
+            else:  # every token's ratio moves with the temperatures, known log-prob or not
+                train_logps, log_ratio = self._tempered_log_ratio(out, behaviour)
+                known = torch.ones_like(known)
+            raw = torch.exp(log_ratio)
             weights = torch.clamp(raw, min=self.tis_bounds[0], max=self.tis_bounds[1])
             self._log_tis(weights, loss_mask, clipped=(raw != weights) & known)
             return weights
+
+        def _tempered_log_ratio(self, out: dict[str, Any], behaviour: Any) -> tuple[Any, Any]:
+            """log(p_train / p_behaviour) per token with the behaviour side at ``behaviour_t`` and the trainer's
+            at its own temperature (:func:`behaviour_at_temperature`)."""
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            temperatures = sorted({1.0, float(self.behaviour_t), float(self.temperature)})
+            logps = logps_at_temperatures(
+                self.model,
+                ids,
+                attention,
+                out["completion_ids"].size(1),
+                temperatures,
+                self.args.per_device_train_batch_size,
+            )
+            behaviour_t = behaviour_at_temperature(
+                behaviour.float(), logps[1.0], logps[float(self.behaviour_t)], float(self.behaviour_t)
+            )
+            train = logps[float(self.temperature)]
+            return train, train - behaviour_t
 
         def _log_tis(self, weights: Any, loss_mask: Any, clipped: Any) -> None:
             mask = loss_mask.bool()
@@ -287,6 +410,8 @@ def spade_trainer_class(
             self._metrics["train"]["tis/weight_mean"].append(float(weights[mask].sum().item()) / count)
             fraction = 0.0 if clipped is None else float((clipped & mask).sum().item()) / count
             self._metrics["train"]["tis/clipped_fraction"].append(fraction)
+            for name, value in weight_spread(weights, mask).items():  # per micro-batch; TRL logs their mean
+                self._metrics["train"][f"tis/{name}"].append(value)
 
     return SpadeGRPOTrainer
 
@@ -336,15 +461,24 @@ def grpo_args(cfg: Any, batch: Batch, output_dir: str, num_processes: int) -> tu
     gradient-accumulation steps as the batch needs. AdamW with the run's settings; TRL's own advantage
     scaling off (``scale_rewards="none"``; the subclass replaces its advantages anyway).
     """
+    import dataclasses
+
     import torch
     from trl import GRPOConfig
+
+    @dataclasses.dataclass
+    class SpadeGRPOConfig(GRPOConfig):  # type: ignore[misc]
+        """TRL's config plus the temperature of the stored behaviour log-probs (the trainer reads it for TIS)."""
+
+        behaviour_logprob_temperature: float = 1.0
 
     t = cfg.training
     micro = math.ceil(t.per_device_batch_size / MICRO_GROUP) * MICRO_GROUP
     per_step = micro * num_processes
     accumulation = max(1, math.ceil(len(batch.samples()) / per_step))
     on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available()
-    args = GRPOConfig(
+    args = SpadeGRPOConfig(
+        behaviour_logprob_temperature=t.behaviour_logprob_temperature,
         output_dir=output_dir,
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
@@ -362,6 +496,7 @@ def grpo_args(cfg: Any, batch: Batch, output_dir: str, num_processes: int) -> tu
         epsilon=t.epsilon,
         epsilon_high=t.epsilon_high,
         beta=0.0,  # the KL term against the base model is the subclass's own (spade_trainer_class)
+        temperature=t.logprob_temperature,  # the trainer's log-probs (loss, TIS), as Slime's --rollout-temperature
         bf16=bool(on_gpu and t.bf16),
         use_cpu=not on_gpu,
         gradient_checkpointing=bool(t.gradient_checkpointing),
