@@ -12,7 +12,7 @@ ignore the slot; the completion is the same either way (exact under greedy decod
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -99,3 +99,23 @@ class KVCacheOwner(Protocol):
     """
 
     def release(self, keys: Iterable[str]) -> None: ...
+
+
+SEED_BOUND = 2**63  # a server's request seed is a signed int64; torch.Generator takes any seed below 2^64
+
+
+def request_seed(own: int | None, call: int | None, index: int) -> int | None:
+    """The seed a request samples with: its own; else the call's seed plus its index in the call (identical
+    prompts in one seeded call must differ); None when neither is set (sampled afresh).
+
+    >>> request_seed(7, 100, 3), request_seed(None, 100, 3), request_seed(None, None, 3)
+    (7, 103, None)
+    """
+    if own is not None:
+        return own % SEED_BOUND
+    return None if call is None else (call + index) % SEED_BOUND
+
+
+def seeded(requests: list[GenerationRequest], params: SamplingParams) -> list[GenerationRequest]:
+    """The requests, each with the seed it samples with (:func:`request_seed`)."""
+    return [replace(r, seed=request_seed(r.seed, params.seed, i)) for i, r in enumerate(requests)]

@@ -19,16 +19,29 @@ left-padded to ``C``. Afterwards each row's cache is cut back out, padding dropp
 and rows that prefill everything run as separate batches (padding a few new tokens up to a whole prompt
 would prefill the padding). Only models whose every layer is plain full attention take part; for others
 the slot is ignored.
+
+Sampling is per request (spade_core/llm/seeded.py): each row draws from its own generator, seeded with the
+request's seed (else the call's seed plus the row's index), so a reply depends on its prompt, its seed and
+the weights only, never on the rest of the batch or on other threads drawing from torch meanwhile.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, ModelError, SamplingParams
+from spade_core.llm.base import (
+    SEED_BOUND,
+    CacheSlot,
+    Completion,
+    GenerationRequest,
+    ModelError,
+    SamplingParams,
+    request_seed,
+)
 from spade_core.llm.embedded import resolve_model
 from spade_core.threads import use_threads
 
@@ -91,6 +104,7 @@ class _Row:
 
     prompt: list[int]
     slot: CacheSlot | None
+    seed: int = 0  # its sampling seed (spade_core/llm/seeded.py)
     reused: int = 0
     kv: Any = None  # the kept keys/values of those tokens, (layers, 2, heads, reused, head_dim)
 
@@ -191,9 +205,10 @@ class TransformersGenerator:
     # -- generation --------------------------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
-        if params.seed is not None:  # once per call: later chunks continue the stream, never repeat it
-            self._torch.manual_seed(params.seed)
         rows = [self._row(r) for r in requests]
+        for i, (row, request) in enumerate(zip(rows, requests, strict=True)):
+            seed = request_seed(request.seed, params.seed, i)
+            row.seed = seed if seed is not None else random.SystemRandom().randrange(SEED_BOUND)
         for batch in batches(rows, self.batch_size):
             for i, completion in zip(batch, self._generate_batch([rows[i] for i in batch], params), strict=True):
                 out[i] = completion
@@ -241,7 +256,7 @@ class TransformersGenerator:
         pad = self.tokenizer.pad_token_id
         kwargs: dict[str, Any] = {
             "max_new_tokens": params.max_new_tokens,
-            "do_sample": params.temperature > 0,
+            "do_sample": False,  # greedy, or the seeded sampler's one choice per row
             "pad_token_id": pad,
             "return_dict_in_generate": True,
             "output_logits": params.logprobs,
@@ -249,7 +264,13 @@ class TransformersGenerator:
         if cache is not None:
             kwargs["cache"] = cache
         if params.temperature > 0:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0)
+            from transformers import LogitsProcessorList  # heavy, as torch in __init__: loaded when it generates
+
+            from spade_core.llm.seeded import SeededSampler, request_generators  # torch, likewise
+
+            generators = request_generators([r.seed for r in rows])
+            sampler = SeededSampler(generators, params.temperature, params.top_k, params.top_p)
+            kwargs["logits_processor"] = LogitsProcessorList([sampler])
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         result = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)

@@ -16,7 +16,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams
+from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
 
 MAX_CONCURRENCY = 64
 
@@ -81,9 +81,8 @@ class OpenAIGenerator:
         }
         if params.stop:
             kwargs["stop"] = list(params.stop)
-        seed = request.seed if request.seed is not None else params.seed
-        if seed is not None:
-            kwargs["seed"] = seed
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
         if params.logprobs:
             kwargs["logprobs"] = True
         if params.top_k:
@@ -115,6 +114,7 @@ class OpenAIGenerator:
         )
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        requests = seeded(requests, params)
         if len(requests) <= 1:
             return [self._one(r, params) for r in requests]
         with ThreadPoolExecutor(max_workers=min(len(requests), MAX_CONCURRENCY)) as pool:

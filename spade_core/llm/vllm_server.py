@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams
+from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
 from spade_core.llm.embedded import cache_dir, resolve_model
 from spade_core.llm.server_process import ServerProcess, free_port
 
@@ -275,9 +275,8 @@ class VLLMGenerator:
         }
         if params.stop:
             body["stop"] = list(params.stop)
-        seed = request.seed if request.seed is not None else params.seed
-        if seed is not None:
-            body["seed"] = int(seed) % (2**63)
+        if request.seed is not None:
+            body["seed"] = request.seed
         if params.logprobs:
             body["logprobs"] = 0  # the sampled token's own log-prob, no alternatives
         return body
@@ -324,6 +323,7 @@ class VLLMGenerator:
         if not self._ensure_running():
             error = "the vLLM engine died again right after a restart; see its log under $SPADE_CACHE/servers"
             return [Completion(text="", finish_reason="error", error=error) for _ in requests]
+        requests = seeded(requests, params)
         if len(requests) <= 1:
             return [self._one(r, params) for r in requests]
         with ThreadPoolExecutor(max_workers=min(len(requests), MAX_CONCURRENCY)) as pool:
