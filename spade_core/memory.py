@@ -52,6 +52,7 @@ from sandbox.outcome import is_env_error
 from spade_core.config import MemoryConfig, skill_kind
 from spade_core.design import env_class_name
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
+from spade_core.markers import list_markers, listed_files
 from spade_core.schemas import SCHEMAS
 from spade_core.store import Store
 
@@ -257,23 +258,32 @@ class Memory:
     def load(cls, store: Store, run_id: str, gen: int | None = None, cfg: MemoryConfig | None = None) -> Memory:
         """The latest snapshot at or before ``gen`` (None: the latest); :meth:`initial` when there is none.
 
-        Reads the one snapshot of ``gen`` when it exists (what every generation's pipeline needs); only
-        otherwise lists the run's snapshots. A snapshot with no rows counts as none: the memory only grows
-        (FIFO eviction keeps ``capacity`` entries), so an empty snapshot means nothing has entered yet.
+        A snapshot is the file the memory stage's marker of its generation lists: a file written into the
+        partition around the pipeline is never read. Reads the marker of ``gen`` when it has one (what every
+        generation's pipeline needs); only otherwise lists the run's markers. A snapshot with no rows counts
+        as none: the memory only grows (FIFO eviction keeps ``capacity`` entries), so an empty snapshot means
+        nothing has entered yet.
         """
         if gen is not None and gen < 1:
             return cls.initial(cfg)  # before the first generation
         if gen is not None:
-            frame = store.read_table("memory", run_id, gen, stages=[STAGE])
+            files = listed_files(store, run_id, gen, STAGE, "memory")
+            if files:
+                frame = store.read_files("memory", files)
+                if not frame.empty:
+                    return cls.from_frame(frame, cfg)
+        snapshots = {
+            g: files
+            for g, records in list_markers(store, run_id).items()
+            if (gen is None or g <= gen) and STAGE in records
+            for files in [[store.confine(p) for p in records[STAGE].files.get("memory", [])]]
+            if files
+        }
+        for g in sorted(snapshots, reverse=True):
+            frame = store.read_files("memory", snapshots[g])
             if not frame.empty:
                 return cls.from_frame(frame, cfg)
-        frame = store.read_table("memory", run_id=run_id, stages=[STAGE])
-        if gen is not None and not frame.empty:
-            frame = frame[frame["gen"] <= gen]
-        if frame.empty:
-            return cls.initial(cfg)
-        latest = frame[frame["gen"] == frame["gen"].max()]
-        return cls.from_frame(latest, cfg)
+        return cls.initial(cfg)
 
 
 def win_fractions(episodes: pd.DataFrame) -> dict[str, float]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from samples import write_stage
 
 from spade_core.config import MemoryConfig, ScoringConfig
 from spade_core.envs.seeds import load_seed_envs
@@ -27,8 +28,9 @@ def ids(entries: list[MemoryEntry] | Memory) -> list[str]:
 
 
 def write_snapshot(store: Store, run_id: str, gen: int, memory: Memory) -> None:
-    """Generation ``gen``'s snapshot, as the memory stage writes it (its file of the ``memory`` table)."""
-    store.write_table("memory", memory.to_frame(), run_id=run_id, gen=gen, stage=STAGE)
+    """Generation ``gen``'s snapshot, as the memory stage writes it (its file of the ``memory`` table and
+    the marker listing it)."""
+    write_stage(store, run_id, gen, STAGE, {"memory": memory.to_frame()})
 
 
 # -- FIFO ------------------------------------------------------------------------------------------------
@@ -249,6 +251,17 @@ def test_load_takes_the_latest_snapshot_at_or_before_gen(tmp_path: Path) -> None
     assert ids(Memory.load(store, "run")) == ["g1", "g3"]
     assert ids(Memory.load(store, "run", gen=2)) == ["g1"]
     assert ids(Memory.load(store, "run", gen=3)) == ["g1", "g3"]
+
+
+def test_a_snapshot_file_no_marker_lists_is_never_read(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    write_snapshot(store, "run", 1, Memory(entries=[entry("g1")]))
+    # written into the run's partitions around the pipeline: generation 1's and a later one's
+    store.write_table("memory", Memory(entries=[entry("forged")]).to_frame(), run_id="run", gen=1, stage="x")
+    store.write_table("memory", Memory(entries=[entry("forged")]).to_frame(), run_id="run", gen=2, stage=STAGE)
+    assert ids(Memory.load(store, "run")) == ["g1"] and ids(Memory.load(store, "run", gen=2)) == ["g1"]
+    write_snapshot(store, "run", 2, Memory(entries=[entry("g1"), entry("g2", gen=2)]))  # the stage's own word
+    assert ids(Memory.load(store, "run", gen=2)) == ["g1", "g2"]
 
 
 def test_load_without_a_snapshot_gives_the_initial_memory(tmp_path: Path) -> None:
