@@ -3,7 +3,8 @@
 New valid designs (one row per env_id), plus ``rollout.replay_envs`` environments replayed from the memory
 of ``gen - 1`` (PLR-style, beyond the paper), plus the first ``rollout.starter_envs`` starter environments
 — or, for the fixed-environment baseline (``designer.fixed_pool``), the seed library, the starter
-environments or the valid environments of a stored run.
+environments, the valid environments of a stored run, or RLVE's environments at the difficulties of their
+controller (:mod:`spade_core.envs.rlve_pool`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,12 @@ def with_starters(pool: pd.DataFrame, count: int) -> pd.DataFrame:
 
 
 def fixed_pool(ctx: GenerationContext) -> pd.DataFrame:
-    """The fixed-environment baseline's pool: the seed library, the starters, or a stored run's valid envs."""
+    """The fixed-environment baseline's pool: the seed library, the starters, a stored run's valid envs, or RLVE's."""
     source = ctx.cfg.designer.fixed_pool or "seeds"
+    if source.startswith("rlve:"):
+        from spade_core.envs.rlve_pool import rlve_pool
+
+        return rlve_pool(ctx)
     if source == "seeds":
         return library_rows(load_seed_envs(), "fixed")
     if source == "starters":
