@@ -18,9 +18,10 @@ module that obeys the environment contract, so the rollout engine, scoring, the 
 any environment: RLVE's environment source as the package ships it, RLVE's base class in standard-library
 form (:mod:`spade_core.envs.rlve_base`, the way round its module-level ``torch`` import) and the parameter
 list of that difficulty. An environment that imports more than the standard library (networkx: 30 of 400,
-one of them ``ShortestPath`` of the official 16; numpy 5; sympy 3) runs there only if the jail's Python finds
-the module among the system's packages (:data:`JAIL_SITE`, under the read-only ``/usr``: Debian's
-``python3-networkx``); otherwise its name is refused with the package to install.
+one of them ``ShortestPath`` of the official 16; numpy 3; sympy 3) runs there only if the jail's Python finds
+the module among the system's packages and can import it there (:data:`JAIL_SITE`, under the read-only
+``/usr``: Debian's ``python3-networkx`` and ``python3-sympy`` work; numpy's C extension does not load in the
+jail); otherwise its name is refused.
 
 The parameters of difficulty ``d`` are those of a fresh controller after ``d`` calls to ``update()``; a
 problem picks one of them at random, as the authors' adapter (``spade/core/envs/rlve_adapter.py:72-90``).
@@ -38,7 +39,6 @@ import difflib
 import functools
 import importlib.util
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,20 +99,38 @@ class RlveEnv:
         return all(jail_has(m) for m in self.foreign_imports)
 
 
+_PROBE = """import sys
+sys.path.append({site!r})
+import {module}
+
+
+class Probe:
+    def __init__(self, max_turns=1, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return "", {{}}
+
+    def step(self, action):
+        return "", 0.0, True, False, {{}}
+
+    def solution(self):
+        return ""
+"""
+
+
 @functools.cache
 def jail_has(module: str) -> bool:
-    """Whether the jail's Python finds ``module`` among the system packages (:data:`JAIL_SITE`)."""
-    from sandbox.policy import JAIL_PYTHON
+    """Whether ``module`` imports in the jail from the system packages (:data:`JAIL_SITE`): a module found
+    there may still fail in the jail (numpy's C extension needs its BLAS through ``/etc/alternatives``,
+    which the jail does not mount), so the probe loads a module importing it in a real jail."""
+    from sandbox.session import EnvSession
 
-    probe = (
-        f"import sys, importlib.util; sys.path.append({JAIL_SITE!r}); "
-        f"print(importlib.util.find_spec({module!r}) is not None)"
-    )
+    session = EnvSession(_PROBE.format(site=JAIL_SITE, module=module))
     try:
-        done = subprocess.run([JAIL_PYTHON, "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.stdout.strip() == "True"
+        return session.open().ok
+    finally:
+        session.close()
 
 
 def gym_dir() -> Path:
@@ -211,8 +229,8 @@ def resolve(spec: str) -> tuple[str, ...]:
             missing = [m for m in envs[name].foreign_imports if not jail_has(m)]
             raise RlveNameError(
                 f"designer.fixed_pool: RLVE environment {name!r} imports {', '.join(missing)}, which the jail's "
-                f"Python does not find in {JAIL_SITE} (install it for the system Python, e.g. apt-get install "
-                f"{' '.join('python3-' + m for m in missing)})"
+                f"Python cannot import (it sees the system's packages in {JAIL_SITE}: pure-Python ones such as "
+                "Debian's python3-networkx work there)"
             )
     return tuple(dict.fromkeys(names))
 

@@ -56,7 +56,8 @@ def figures(data: RunData) -> dict[str, bytes | None]:
         "timeline": plots.timeline(
             data.timeline, overlap_fraction(data.timeline) if train_seconds(data.timeline) else None
         ),
-        "evals": plots.evals(data.evals, data.run_id, data.baseline.run_id if data.baseline else None),
+        "evals": plots.evals(data.evals, data.run_id, data.baseline.run_id if data.baseline else None, data.eval_steps),
+        "difficulty": plots.difficulty(data.difficulty),
     }
 
 

@@ -177,6 +177,25 @@ order by t.regret desc, t.gen desc, t.env_id
 """.replace("{valid}", _VALID_SCORES)
 
 
+DIFFICULTY_COLUMNS = ["run_id", "gen", "step", "name", "difficulty", "low", "high"]
+
+
+def difficulty_table(store: Store, run_ids: list[str], ks: list[int]) -> pd.DataFrame:
+    """:data:`DIFFICULTY_COLUMNS` of those of ``run_ids`` (with their K, ``ks``) that played RLVE pools
+    (:func:`spade_core.envs.rlve_pool.difficulty_history`); ``step`` = the training step the generation's
+    plays came before, (gen − 1) · K."""
+    from spade_core.envs.rlve_pool import difficulty_history
+
+    frames = []
+    for run_id, k in zip(run_ids, ks, strict=True):
+        history = difficulty_history(store, run_id)
+        if not history.empty:
+            frames.append(history.assign(run_id=run_id, step=(history["gen"] - 1) * k))
+    if not frames:
+        return pd.DataFrame(columns=DIFFICULTY_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[DIFFICULTY_COLUMNS]
+
+
 @dataclass
 class Baseline:
     """The fixed-environment run the evals are compared with, and how it was chosen."""
@@ -213,6 +232,17 @@ class RunData:
     baseline_designer_reward: pd.DataFrame = field(
         default_factory=lambda: pd.DataFrame(columns=DESIGNER_REWARD_COLUMNS)
     )
+    # RLVE fixed pools (designer.fixed_pool: rlve:...) of the run and the baseline: per generation and
+    # environment, the difficulty played and the controller's window (DIFFICULTY_COLUMNS; empty: none)
+    difficulty: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIFFICULTY_COLUMNS))
+
+    @property
+    def eval_steps(self) -> tuple[int, int]:
+        """(K of the run, K of the baseline): evals are compared at the same training step (gen · K)."""
+        empty = pd.DataFrame()
+        ours = self.steps_per_generation or 1
+        theirs = steps_per_generation(self.baseline.config, empty) if self.baseline else None
+        return ours, theirs or 1
 
 
 def _name_after(path: str, prefix: str) -> str | None:
@@ -345,6 +375,9 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
         rewarded = {int(g) for g, records in markers.items() if "reward" in records}
         ours = rewards[rewards["run_id"] == run_id]
         theirs = rewards[rewards["run_id"] == chosen.run_id] if chosen else rewards.iloc[0:0]
+        compared = [(run_id, steps_per_generation(config, curve) or 1)]
+        if chosen:
+            compared.append((chosen.run_id, steps_per_generation(chosen.config, pd.DataFrame()) or 1))
         return RunData(
             run_id=run_id,
             store_root=store.base,
@@ -366,6 +399,7 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             baseline=chosen,
             baseline_candidates=others,
             baseline_designer_reward=designer_reward_table(theirs, [], set()),
+            difficulty=difficulty_table(store, [r for r, _ in compared], [k for _, k in compared]),
         )
     finally:
         con.close()
@@ -395,40 +429,54 @@ def designer_reward_table(rows: pd.DataFrame, generations: list[int], rewarded: 
     return table.astype({c: float for c in DESIGNER_REWARD_COLUMNS} | {"gen": int})
 
 
-def eval_comparison(evals: pd.DataFrame, run_id: str, baseline_id: str | None) -> pd.DataFrame:
-    """One row per suite and generation: the run's mean score and pass@1, and the deltas against the base
-    model (generation 0) and against the baseline run at the same generation.
+def eval_comparison(
+    evals: pd.DataFrame, run_id: str, baseline_id: str | None, *, steps: tuple[int, int] = (1, 1)
+) -> pd.DataFrame:
+    """One row per suite and training step: the run's mean score and pass@1, and the deltas against the base
+    model (generation 0) and against the baseline run at the same training step.
+
+    ``steps`` = (K of the run, K of the baseline): generation g's checkpoint is training step g·K, so a SPADE
+    run (K = 4 in the paper's games preset) and a fixed-RLVE run (K = 1) are compared after the same number of
+    optimizer steps. A step the baseline evaluated that is no generation's end in the run has gen None.
 
     >>> e = pd.DataFrame({"run_id": ["r", "r", "b"], "gen": [0, 1, 1], "suite": ["s"] * 3, "items": [2] * 3,
     ...                   "mean_score": [0.5, 0.75, 0.625], "pass_at_1": [0.5, 0.5, float("nan")]})
     >>> row = eval_comparison(e, "r", "b").iloc[1]
     >>> float(row.vs_base), float(row.baseline_score), float(row.vs_baseline)
     (0.25, 0.625, 0.125)
+    >>> e.loc[2, "gen"] = 4  # the baseline's generation 4 of K = 1 is the run's generation 1 of K = 4
+    >>> row = eval_comparison(e, "r", "b", steps=(4, 1)).iloc[1]
+    >>> int(row.step), int(row.gen), float(row.baseline_score)
+    (4, 1, 0.625)
     """
-    columns = ["suite", "gen", "items", "mean_score", "pass_at_1", "vs_base", "baseline_score", "vs_baseline"]
+    columns = ["suite", "gen", "items", "mean_score", "pass_at_1", "vs_base", "baseline_score", "vs_baseline", "step"]
     if evals.empty:
         return pd.DataFrame(columns=columns)
+    run_k, baseline_k = steps
     rows = []
     for suite, data in evals.groupby("suite", sort=True):
         ours = data[data["run_id"] == run_id].set_index("gen")
         other = data[data["run_id"] == baseline_id].set_index("gen") if baseline_id else data.iloc[0:0]
         base = ours.loc[0, "mean_score"] if 0 in ours.index else other["mean_score"].get(0, float("nan"))
-        for gen in sorted(set(ours.index) | set(other.index)):
-            # generation 0 is the shared base model: the baseline's row stands in when the run has none
-            source = ours if gen in ours.index else other if gen == 0 else None
-            row = source.loc[gen] if source is not None else None
+        ours_at = {int(g) * run_k: g for g in ours.index}
+        other_at = {int(g) * baseline_k: g for g in other.index}
+        for step in sorted(set(ours_at) | set(other_at)):
+            # step 0 is the shared base model: the baseline's row stands in when the run has none
+            source = ours if step in ours_at else other if step == 0 else None
+            row = source.loc[ours_at.get(step, 0)] if source is not None else None
             score = float(row["mean_score"]) if row is not None else float("nan")
-            theirs = float(other.loc[gen, "mean_score"]) if gen in other.index and gen > 0 else float("nan")
+            theirs = float(other.loc[other_at[step], "mean_score"]) if step in other_at and step > 0 else float("nan")
             rows.append(
                 {
                     "suite": suite,
-                    "gen": int(gen),
+                    "gen": int(ours_at[step]) if step in ours_at else (step // run_k if step % run_k == 0 else None),
                     "items": int(row["items"]) if row is not None else 0,
                     "mean_score": score,
                     "pass_at_1": float(row["pass_at_1"]) if row is not None else float("nan"),
-                    "vs_base": score - float(base) if gen > 0 else float("nan"),
+                    "vs_base": score - float(base) if step > 0 else float("nan"),
                     "baseline_score": theirs,
                     "vs_baseline": score - theirs,
+                    "step": step,
                 }
             )
     return pd.DataFrame(rows, columns=columns)

@@ -273,6 +273,29 @@ def _learning_curve(data: RunData, figures: Mapping[str, bytes | None]) -> str:
     return _section("learning-curve", "Learning curve", note, figure, body)
 
 
+def _difficulty(data: RunData, figures: Mapping[str, bytes | None]) -> str:
+    """RLVE's difficulty controller (designer.fixed_pool: rlve:...): shown only for runs that played RLVE."""
+    if data.difficulty.empty:
+        return ""
+    latest = data.difficulty.sort_values("gen").groupby(["run_id", "name"], sort=True).tail(1)
+    note = (
+        '<p class="note">Sliding-window difficulty controller (spade_core/envs/rlve_difficulty.py): each step, '
+        "an environment's plays use one difficulty drawn from its window [low, high]; high moves up once enough "
+        "plays at high succeed. Latest generation per environment:</p>"
+    )
+    columns: list[Column] = [
+        ("run_id", "run", text),
+        ("name", "RLVE environment", text),
+        ("gen", "gen", integer),
+        ("step", "step", integer),
+        ("difficulty", "played", integer),
+        ("low", "low", integer),
+        ("high", "high", integer),
+    ]
+    figure = image("difficulty", figures.get("difficulty"), "RLVE difficulty")
+    return _section("difficulty", "RLVE difficulty", note, figure, table(latest, columns, ("run_id", "name")))
+
+
 def _training(data: RunData, figures: Mapping[str, bytes | None]) -> str:
     body = ""
     if not data.train.empty:
@@ -336,10 +359,16 @@ def _timeline(data: RunData, figures: Mapping[str, bytes | None]) -> str:
 
 def _evals(data: RunData, figures: Mapping[str, bytes | None]) -> str:
     baseline_id = data.baseline.run_id if data.baseline else None
-    comparison = eval_comparison(data.evals, data.run_id, baseline_id)
+    comparison = eval_comparison(data.evals, data.run_id, baseline_id, steps=data.eval_steps)
     note = (
         f'<p class="note">Run {esc(data.run_id)}; generation 0 is the base model'
         + (f"; baseline: fixed-environment run {esc(baseline_id)}" if baseline_id else "; no baseline run")
+        + (
+            f", read at the same training step (generation × K; K = {data.eval_steps[0]} here, "
+            f"{data.eval_steps[1]} for the baseline)"
+            if baseline_id and data.eval_steps[0] != data.eval_steps[1]
+            else ""
+        )
         + ". pass@1 = share of items passed (one sample each).</p>"
     )
     columns: list[Column] = [
@@ -351,6 +380,7 @@ def _evals(data: RunData, figures: Mapping[str, bytes | None]) -> str:
         ("vs_base", "Δ vs base model", num(signed=True)),
         ("baseline_score", f"baseline {baseline_id or ''} score".replace("  ", " "), num()),
         ("vs_baseline", "Δ vs baseline", num(signed=True)),
+        ("step", "training step", integer),
     ]
     body = table(comparison, columns, text_columns=("suite",)) if not comparison.empty else ""
     return _section("evals", "Evaluation", note, image("evals", figures.get("evals"), "eval scores"), body)
@@ -396,6 +426,7 @@ def render(data: RunData, figures: Mapping[str, bytes | None], generated: dt.dat
         _scores(figures),
         _designer_reward(data, figures),
         _learning_curve(data, figures),
+        _difficulty(data, figures),
         _training(data, figures),
         _timeline(data, figures),
         _evals(data, figures),

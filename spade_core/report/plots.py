@@ -300,10 +300,13 @@ def training(frame: pd.DataFrame) -> bytes | None:
     return out[0]
 
 
-def evals(frame: pd.DataFrame, run_id: str, baseline_id: str | None) -> bytes | None:
-    """Mean score per suite against the generation: the run, the base model (gen 0) and the baseline run."""
+def evals(frame: pd.DataFrame, run_id: str, baseline_id: str | None, steps: tuple[int, int] = (1, 1)) -> bytes | None:
+    """Mean score per suite against the generation: the run, the base model (gen 0) and the baseline run.
+    With ``steps`` = (K of the run, K of the baseline) different, against the training step (gen · K)."""
     if frame.empty:
         return None
+    if steps[0] != steps[1]:
+        frame = frame.assign(gen=frame["gen"] * frame["run_id"].map({run_id: steps[0]}).fillna(steps[1]).astype(int))
     suites = sorted(frame["suite"].unique())
     cols = min(3, len(suites))
     rows_n = math.ceil(len(suites) / cols)
@@ -328,6 +331,8 @@ def evals(frame: pd.DataFrame, run_id: str, baseline_id: str | None) -> bytes | 
                     gens |= {int(g) for g in other["gen"]}
             if gens:
                 _gen_axis(ax, sorted(gens))
+                if steps[0] != steps[1]:
+                    ax.set_xlabel("training step (generation × K)")
             ax.set_ylim(-0.05, 1.05)
             ax.set_ylabel("mean score")
             ax.set_title(str(suite))
@@ -385,4 +390,27 @@ def timeline(frame: pd.DataFrame, overlap: float | None = None) -> bytes | None:
             title += f": the next generation's design chain ran during {overlap:.0%} of the training time"
         ax.set_title(title)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=4, frameon=False)
+    return out[0]
+
+
+def difficulty(frame: pd.DataFrame) -> bytes | None:
+    """RLVE's difficulty controller per environment against the training step: the window's top (``high``,
+    solid) and the difficulty the step's plays used (markers), one panel per run that played RLVE pools."""
+    if frame.empty:
+        return None
+    runs = list(dict.fromkeys(frame["run_id"]))
+    with _figure(width=7.5, height=3.2 * len(runs) + 0.4) as (fig, out):
+        axes = np.atleast_1d(fig.subplots(len(runs), 1, squeeze=False)).ravel()
+        for ax, run_id in zip(axes, runs, strict=True):
+            data = frame[frame["run_id"] == run_id].sort_values("step")
+            for index, (name, rows) in enumerate(data.groupby("name", sort=True)):
+                color = f"C{index % 10}"
+                ax.plot(rows["step"], rows["high"], color=color, label=str(name), linewidth=1.2)
+                ax.plot(rows["step"], rows["difficulty"], color=color, marker="o", linestyle="none", markersize=3)
+            ax.set_xlabel("training step")
+            ax.set_ylabel("difficulty")
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_title(f"RLVE difficulty: {run_id} (line: window top; dots: played)")
+            ax.legend(fontsize=6, ncols=4, loc="upper left")
     return out[0]

@@ -1,0 +1,208 @@
+"""RLVE's environments as a fixed pool (``designer.fixed_pool: rlve:...``): names, the jail bundle, the
+sliding-window controller over stored plays, the ``paper-fixed-rlve`` preset, and a tiny run end to end.
+
+Everything is real: the installed ``rlve-gym`` package, the jail, the store, the local runner over the stage
+registry; the end-to-end run plays with the micro model (a real model writing noise in milliseconds: what is
+tested is the pipeline), the benchmark ``benchmarks/baseline.py`` with the embedded one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spade_core.config import load_config
+from spade_core.envs import rlve
+from spade_core.envs.rlve_difficulty import TAU_NUM, Window
+from spade_core.envs.rlve_pool import difficulty_history, rlve_pool
+from spade_core.pipeline.context import GenerationContext
+from spade_core.store import Store
+
+
+def test_official16_is_the_authors_list_and_every_name_resolves() -> None:
+    names = rlve.resolve("rlve:official16")
+    assert names == rlve.OFFICIAL16 and len(names) == 16
+    everything = rlve.resolve("rlve:all")
+    assert set(names) <= set(everything) and len(everything) > 300
+    assert rlve.resolve("rlve: Sorting , Division,Sorting") == ("Sorting", "Division")
+
+
+@pytest.mark.parametrize(
+    ("spec", "close"),
+    [("rlve:Sortng", "Sorting"), ("rlve:multiplication", "Multiplication"), ("rlve:Sorting,SATT", "SAT")],
+)
+def test_an_unknown_rlve_name_is_one_line_with_close_matches(spec: str, close: str) -> None:
+    with pytest.raises(rlve.RlveNameError) as caught:
+        rlve.resolve(spec)
+    message = str(caught.value)
+    assert "\n" not in message and "unknown RLVE environment" in message and close in message
+
+
+def test_parameters_are_the_controller_after_d_updates() -> None:
+    from Gym.parameter_controllers import identifier2controller
+
+    controller = identifier2controller["Multiplication"]()
+    for _ in range(5):
+        controller.update()
+    assert rlve.parameters("Multiplication", 5) == controller.get_parameter_list()
+    assert rlve.parameters("Sorting", 99) == rlve.parameters("Sorting", rlve.MAX_DIFFICULTY)
+
+
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_a_bundle_plays_in_the_jail_with_rlves_verifier() -> None:
+    from sandbox.session import EnvSession
+
+    session = EnvSession(rlve.bundle("Sorting", 0))
+    try:
+        assert session.open().ok and session.kind == "game"
+        reset = session.reset(11)
+        assert reset.ok and "sort them in **ascending order**" in reset.data["obs"]
+        assert reset.data["info"] == {"rlve": "Sorting", "difficulty": 0}
+        answer = session.solution().data["solution"]  # \boxed{...} of RLVE's reference answer
+        assert session.step(answer).data["reward"] == 1.0
+        wrong = session.step("<answer>1 2</answer>").data
+        assert (wrong["reward"], wrong["terminated"]) == (0.0, True)
+        # the verifier reads <answer> tags too, as RLVE's own prompt asks
+        tagged = answer.replace("\\boxed{", "<answer>").replace("}", "</answer>")
+        assert session.step(tagged).data["reward"] == 1.0
+    finally:
+        session.close()
+
+
+@pytest.mark.skipif(not rlve.jail_has("networkx"), reason="the system Python has no networkx (python3-networkx)")
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_an_official16_environment_needing_networkx_plays_in_the_jail() -> None:
+    from sandbox.session import EnvSession
+
+    session = EnvSession(rlve.bundle("ShortestPath", 2))
+    try:
+        assert session.open().ok and session.reset(3).ok
+        assert session.step(session.solution().data["solution"]).data["reward"] == 1.0
+    finally:
+        session.close()
+
+
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_a_generator_that_raises_is_an_error_row_not_a_crash(micro_generator) -> None:  # type: ignore[no-untyped-def]
+    from spade_core.rollout import EpisodeSpec, RolloutEngine
+
+    cfg = load_config("tiny", overrides=["rollout.max_tokens_per_turn=4", "rollout.env_retries=0"])
+    broken = rlve.bundle("Sorting", 0, params=[{}])  # Sorting's _generate asserts "N" in parameter
+    fine = rlve.bundle("Multiplication", 0)
+    specs = [EpisodeSpec("rlve:Sorting@d0", broken, 5), EpisodeSpec("rlve:Multiplication@d0", fine, 5)]
+    rows = {r["env_id"]: r for r in RolloutEngine.from_config(cfg, micro_generator).run(specs)}
+    assert (rows["rlve:Sorting@d0"]["error_type"], rows["rlve:Sorting@d0"]["episode_return"]) == ("exception", 0.0)
+    assert rows["rlve:Multiplication@d0"]["error_type"] is None and rows["rlve:Multiplication@d0"]["turns"] == 1
+
+
+def _plays(env_id: str, n: int, won: int, policy_step: int) -> pd.DataFrame:
+    """``n`` stored no-hint plays of ``env_id``, the first ``won`` with return 1."""
+    from samples import ROWS
+
+    rows = [
+        dict(ROWS["episodes"], episode_id=f"{env_id}-{policy_step}-{i}", env_id=env_id, condition="no_hint")
+        | {"episode_return": 1.0 if i < won else 0.0, "error_type": None, "policy_step": policy_step}
+        for i in range(n)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> None:
+    """tau_num = 128 plays at the window's top, 90 % of them won: the window moves up; error rows, another
+    difficulty and another run do not count. Each generation's pool draws from the window its plays left."""
+    store = Store(str(tmp_path))
+    cfg = load_config("tiny", overrides=["designer.fixed_pool=rlve:Sorting,Division", f"store.root={tmp_path}"])
+    won = pd.concat(
+        [_plays("rlve:Sorting@d0", TAU_NUM, int(0.9 * TAU_NUM) + 1, 0), _plays("rlve:Division@d0", 4, 4, 0)]
+    )
+    errored = _plays("rlve:Division@d0", TAU_NUM, TAU_NUM, 0).assign(
+        episode_id=lambda f: f["episode_id"] + "x", error_type="exception"
+    )
+    store.write_table("episodes", pd.concat([won, errored]), run_id="r", gen=1, stage="rollout-s0")
+    store.write_table(
+        "episodes", _plays("rlve:Division@d0", TAU_NUM, TAU_NUM, 0), run_id="other", gen=1, stage="rollout-s0"
+    )
+    first = rlve_pool(GenerationContext(cfg, store, "r", 1))
+    assert list(first["env_id"]) == ["rlve:Sorting@d0", "rlve:Division@d0"]
+    assert set(first["source"]) == {"fixed"} and set(first["kind"]) == {"game"}
+    second = rlve_pool(GenerationContext(cfg, store, "r", 2))
+    assert (
+        second["env_id"].iloc[0] in {"rlve:Sorting@d0", "rlve:Sorting@d1"}
+        and second["env_id"].iloc[1] == "rlve:Division@d0"
+    )
+    for gen, frame in ((1, first), (2, second)):
+        store.write_table("pool", frame, run_id="r", gen=gen, stage="pool")
+    history = difficulty_history(store, "r").set_index(["gen", "name"])
+    assert (history.loc[(2, "Sorting"), "low"], history.loc[(2, "Sorting"), "high"]) == (0, 1)
+    assert (history.loc[(2, "Division"), "low"], history.loc[(2, "Division"), "high"]) == (0, 0)
+    # the same store, the same draw: a rerun of generation 2's pool stage writes the same pool
+    assert rlve_pool(GenerationContext(cfg, store, "r", 2)).equals(second)
+
+
+def test_paper_fixed_rlve_preset_pins() -> None:
+    """The authors' cmd/games/train_fixed_rlve_4b.sh, value by value."""
+    cfg = load_config("paper-fixed-rlve")
+    assert cfg.designer.fixed_pool == "rlve:official16"
+    assert (cfg.model.temperature, cfg.model.top_p, cfg.model.top_k, cfg.model.max_new_tokens) == (1.0, 0.95, 20, 8192)
+    assert (cfg.training.global_batch_size, cfg.rollout.plays_no_hint, cfg.rollout.plays_hint) == (256, 16, 0)
+    assert (cfg.training.steps_per_generation, cfg.training.beta, cfg.training.learning_rate) == (1, 0.0, 1e-6)
+    assert (cfg.training.loss_type, cfg.training.epsilon, cfg.training.epsilon_high) == ("grpo", 0.2, 0.28)
+    assert (cfg.training.weight_decay, cfg.training.adam_beta1, cfg.training.adam_beta2) == (0.1, 0.9, 0.98)
+    assert (cfg.rollout.max_context_tokens, cfg.rollout.max_tokens_per_turn, cfg.rollout.action) == (
+        32768,
+        8192,
+        "reply",
+    )
+    assert cfg.orchestration.async_generations is False
+    assert (Window().low, Window().high, TAU_NUM) == (0, 0, 128)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_a_tiny_fixed_rlve_run_end_to_end(tmp_path: Path, micro_model_dir: str) -> None:
+    """Two generations of K = 1 step on two RLVE environments at their lowest difficulty, with the production
+    leases (the micro model plays; the train stage runs): each generation completes with its pool and plays
+    stored; the report shows the controller; an unknown name fails before any stage writes."""
+    from spade_core.catalog import query
+    from spade_core.pipeline.local import run_run
+    from spade_core.pipeline.status import generation_complete
+    from spade_core.report import write_report
+
+    overrides = [
+        f"store.root={tmp_path}",
+        f"model.name_or_path={micro_model_dir}",
+        "designer.fixed_pool=rlve:Sorting,Multiplication",
+        "rollout.plays_hint=0",
+        "rollout.max_tokens_per_turn=8",
+        "rollout.hint_max_words=12",
+        "training.steps_per_generation=1",
+        "training.gradient_checkpointing=false",
+        "memory.report_diversity=false",
+    ]
+    store = Store(str(tmp_path))
+    with pytest.raises(rlve.RlveNameError, match="close matches: Sorting"):
+        run_run(load_config("tiny", overrides=[*overrides, "designer.fixed_pool=rlve:Sortng"]), store, "bad", [1])
+    assert not any(Path(tmp_path).rglob("*.parquet"))
+
+    cfg = load_config("tiny", overrides=overrides)
+    run_run(cfg, store, "rl", [1, 2])
+    assert all(generation_complete(store, cfg, "rl", g) for g in (1, 2))
+    pool = query(store, "select gen, env_id, skill, source from pool where run_id = 'rl' order by gen, env_id")
+    assert list(pool["env_id"]) == ["rlve:Multiplication@d0", "rlve:Sorting@d0"] * 2
+    plays = query(
+        store,
+        "select gen, env_id, count(*) n, count(error_type) errors from episodes where run_id = 'rl' "
+        "group by all order by gen, env_id",
+    )
+    assert list(plays["n"]) == [cfg.rollout.plays_no_hint] * 4 and plays["errors"].sum() == 0
+    history = difficulty_history(store, "rl")
+    assert (
+        list(history[["gen", "difficulty", "low", "high"]].itertuples(index=False, name=None))
+        == [(1, 0, 0, 0)] * 2 + [(2, 0, 0, 0)] * 2
+    )
+
+    page = write_report(store, "rl", out_dir=tmp_path / "report").read_text()
+    assert 'id="fig-difficulty"' in page and "RLVE difficulty" in page and ">Multiplication<" in page
