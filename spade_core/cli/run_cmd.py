@@ -45,6 +45,9 @@ def _quiet_prefect(verbose: bool) -> None:
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # The ephemeral API server Prefect starts for a local run took over its 20 s default on this 2-core
+    # machine under load ("Timed out while attempting to connect to ephemeral Prefect API server").
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     if not debugging() and not getattr(logging.getLogRecordFactory(), "drops_tracebacks", False):
         make = logging.getLogRecordFactory()
 
