@@ -43,10 +43,13 @@ class EnvSession:
         limits: JailLimits | None = None,
         call_timeout_s: float = 5.0,
         own_max_turns: bool = False,
+        contract: str = "ours",
     ) -> None:
         """``max_turns`` is given to the environment; with ``own_max_turns`` the environment keeps its own
-        default, capped at ``max_turns`` (``self.max_turns`` is then what it kept, once loaded)."""
+        default, capped at ``max_turns`` (``self.max_turns`` is then what it kept, once loaded). ``contract``
+        (``validation.contract``) is what the loader holds the environment to (:mod:`sandbox.runtime.host`)."""
         self.code = code
+        self.contract = contract
         self.max_turns = max_turns
         self.own_max_turns = own_max_turns
         self.jail = JailedProcess(limits, call_timeout_s)
@@ -58,7 +61,9 @@ class EnvSession:
         started = self.jail.start()
         if not started.ok:
             return started
-        loaded = self.jail.call("load", source=self.code, max_turns=self.max_turns, own_max_turns=self.own_max_turns)
+        loaded = self.jail.call(
+            "load", source=self.code, max_turns=self.max_turns, own_max_turns=self.own_max_turns, contract=self.contract
+        )
         if loaded.ok:
             self.max_turns = int(loaded.data.get("max_turns") or self.max_turns)
             self.kind = loaded.data.get("kind")

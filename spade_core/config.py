@@ -234,6 +234,12 @@ class DesignerConfig(_Section):
         "step's batch [D = K]. Must be >= K, so the reward window is complete. None = K.",
     )
     max_new_tokens: int = Field(2048, gt=0, le=TOKEN_LIMIT, description="Tokens per design.")
+    system_prompt: Literal["ours", "authors"] = Field(
+        "ours",
+        description="The designer's system prompt: 'ours' for both kinds; 'authors' = their multi-turn game "
+        "designer's for games (prompts/template.py:324-329) and none for tool use (orchestrator.py:270-272) "
+        "[ours; authors in the paper presets]. The user prompt is ours either way.",
+    )
     train: bool = Field(True, description="False = the 'no designer training' ablation.")
     fixed_pool: str | None = Field(
         None,
@@ -276,6 +282,14 @@ class ValidationConfig(_Section):
     max_pids: int = Field(16, ge=1, description="Processes per jail (cgroup pids or RLIMIT_NPROC).")
     max_message_kb: int = Field(64, ge=1, description="Cap of one protocol message from the jail.")
     parallel_jails: int = Field(2, ge=1, description="Jails running at once in a pool.")
+    contract: Literal["ours", "authors"] = Field(
+        "ours",
+        description="What the jail's loader holds every environment to, at validation and at play: 'ours' = a "
+        "solution() method, reset returns (observation, info), terminated / truncated bools or 0/1, a reward "
+        "that is no bool; 'authors' = their smoke test's types (synthetic_game_env.py:262-335): no solution() "
+        "needed, reset may return the observation alone, terminated / truncated real bools, any int or float "
+        "reward. Both refuse a reward that is not finite or beyond +-10 [ours; authors in the paper presets].",
+    )
     mode: Literal["full", "smoke"] = Field(
         "full",
         description="'full' = the 8 jailed checks; 'smoke' = the authors' smoke test (load, reset(seed=42), 3 "

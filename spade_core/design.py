@@ -39,6 +39,33 @@ DESIGNER_SYSTEM = (
     "agent. You write complete, self-contained Python code that follows the contract exactly."
 )
 
+# The authors' system prompt of multi-turn game design (spade/core/prompts/template.py:324-329, the
+# qwen3_multiturn_game_generation template of their games scripts), in our words; their tool-use design sends
+# no system prompt (spade/core/orchestrator.py:270-272). designer.system_prompt: authors picks these.
+AUTHORS_GAME_DESIGNER_SYSTEM = (
+    "You are an expert Python programmer and game designer who specialises in interactive, multi-turn "
+    "text games. You build environments in which the player makes a sequence of decisions over several "
+    "turns, and each action changes the state of the game."
+)
+
+
+def designer_system(kind: str, style: str = "ours") -> str | None:
+    """The designer's system prompt for an environment ``kind`` under ``designer.system_prompt`` = ``style``
+    (None: no system message).
+
+    >>> designer_system("tool", "authors") is None, designer_system("tool") == DESIGNER_SYSTEM
+    (True, True)
+    """
+    if style != "authors":
+        return DESIGNER_SYSTEM
+    return AUTHORS_GAME_DESIGNER_SYSTEM if kind == "game" else None
+
+
+def _with_system(kind: str, style: str, user: str) -> list[dict[str, str]]:
+    system = designer_system(kind, style)
+    return [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": user}]
+
+
 TRUNCATION_MARKER = "[Document truncated at ~{n} words]"
 CONTRACT_EXAMPLE_HEADING = "Example (game):"
 REPLY_FORMAT = (
@@ -331,8 +358,10 @@ def design_messages(
     positives: Sequence[MemoryExample] = (),
     negatives: Sequence[NegativeExample] = (),
     multiturn: MultiTurnBrief | None = None,
+    system: str = "ours",
 ) -> list[dict[str, str]]:
-    """The chat prompt of one design (docs/DESIGN.md §7 step 3).
+    """The chat prompt of one design (docs/DESIGN.md §7 step 3), with the system prompt of
+    ``designer.system_prompt`` = ``system`` (:func:`designer_system`).
 
     In order: the document (already cut, see :func:`truncate_document`) with the grounding rules, the
     authors' interactive spec and how the agent acts in this kind, the contract's rules (they rule:
@@ -406,7 +435,7 @@ def design_messages(
             + "\n".join(_negative_line(e) for e in negatives)
         )
     parts.append(f"Create a NEW environment that is different from the examples. {REPLY_FORMAT}")
-    return [{"role": "system", "content": DESIGNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    return _with_system(kind, system, "\n\n".join(parts))
 
 
 MUTATION_KEEP = (
@@ -418,7 +447,12 @@ MUTATION_KEEP = (
 
 
 def mutation_messages(
-    document: str | None, skill: str, difficulty: str, parent_code: str, parent_win_rate: float | None
+    document: str | None,
+    skill: str,
+    difficulty: str,
+    parent_code: str,
+    parent_win_rate: float | None,
+    system: str = "ours",
 ) -> list[dict[str, str]]:
     """The chat prompt of one mutation (``designer.mode: mutate``, :mod:`spade_core.mutation`): the parent
     environment whole, the document, and the request for a variant of it; short, so that a small model's
@@ -437,7 +471,7 @@ def mutation_messages(
         f"{SKILL_TEXT[skill]} ({difficulty}: the goal should need {steps}+ actions). {MUTATION_KEEP}"
     )
     parts.append(REPLY_FORMAT)
-    return [{"role": "system", "content": DESIGNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    return _with_system(kind, system, "\n\n".join(parts))
 
 
 def parameters_messages(document: str | None, block: str) -> list[dict[str, str]]:

@@ -168,8 +168,10 @@ class RolloutEngine:
         tokenizer: Any = None,
         jail_workers: int = 2,
         enable_thinking: bool | None = None,
+        contract: str = "ours",
     ) -> None:
         self.generator = generator
+        self.contract = contract  # validation.contract: what the jail's loader holds each environment to
         self.enable_thinking = enable_thinking  # model.enable_thinking, for the chat template
         self.cfg = cfg
         # Log-probs of every sampled token are kept: they are the behaviour policy for truncated importance
@@ -198,6 +200,7 @@ class RolloutEngine:
             tokenizer,
             cfg.validation.parallel_jails,
             cfg.model.enable_thinking,
+            cfg.validation.contract,
         )
 
     # -- episode lifecycle ---------------------------------------------------------------------------
@@ -210,6 +213,7 @@ class RolloutEngine:
                 limits=self.limits,
                 call_timeout_s=self.call_timeout_s,
                 own_max_turns=self.cfg.game_max_turns,
+                contract=self.contract,
             ),
             attempt=attempt,
             authors_hinted=self.cfg.hinted_play_rules == "authors" and spec.condition == "hint",

@@ -26,10 +26,12 @@ Three switches (``validation`` in the config):
   (stopping when the episode ends) each answered with a 5-tuple whose reward is in [-10, 10], then
   ``reset(seed=123)``. The result has the same shape; ``checks`` holds the 4 parts of the smoke test
   (:data:`SMOKE_CHECK_NAMES`, prefixed ``smoke_`` so smoke verdicts are recognisable in the store) and
-  ``error_type`` is the jail's verdict or ``contract_error``. The jail's own contract still applies on top
-  (a ``solution`` method must exist, finite rewards within the host's +-10, 0/1 accepted as flags): the smoke test
-  replaces our checks, not our loader. No solvability, triviality or determinism check runs, as in the
-  paper. ``disabled_checks`` does not apply in smoke mode (its names are still checked).
+  ``error_type`` is the jail's verdict or ``contract_error``. The jail's loader applies on top, as
+  ``contract`` says: ``ours`` (a ``solution`` method must exist, 0/1 accepted as flags) or ``authors``
+  (their smoke test's types exactly: no ``solution`` method needed, ``terminated`` / ``truncated`` real
+  bools, ``reset`` may return the observation alone); both refuse non-finite rewards and rewards beyond
+  +-10. No solvability, triviality or determinism check runs, as in the paper. ``disabled_checks`` does not
+  apply in smoke mode (its names are still checked).
 - ``reset_gate``: the authors' tool-use reset gate (:func:`reset_gate`) runs after the checks of either
   mode, recorded as ``checks["reset_gate"]``.
 """
@@ -370,7 +372,11 @@ def validate_code(code: str, cfg: ValidationConfig | None = None, seeds: Sequenc
     check_disabled_names(cfg.disabled_checks)
     t0 = time.perf_counter()
     session = EnvSession(
-        code, max_turns=cfg.max_turns, limits=limits_from_config(cfg), call_timeout_s=cfg.call_timeout_s
+        code,
+        max_turns=cfg.max_turns,
+        limits=limits_from_config(cfg),
+        call_timeout_s=cfg.call_timeout_s,
+        contract=cfg.contract,
     )
     ctx = _Context(code=code, cfg=cfg, session=session, seeds=seeds)
     plan, skipped = _plan(cfg)

@@ -89,9 +89,10 @@ def test_bad_overrides_fail_with_one_line(overrides: list[str], fragment: str) -
 
 
 def test_unknown_preset_names_the_available_ones() -> None:
-    with pytest.raises(
-        ConfigError, match="unknown preset 'huge'; available: gpu-1x, gpu-8x, paper-games, paper-tool-use, tiny"
-    ):
+    # every preset file, sorted (a preset added beside these is named too)
+    names = sorted(available_presets())
+    assert {"gpu-1x", "gpu-8x", "paper-games", "paper-tool-use", "tiny"} <= set(names)
+    with pytest.raises(ConfigError, match=f"unknown preset 'huge'; available: {', '.join(names)}$"):
         load_config("huge")
 
 
@@ -202,6 +203,11 @@ PAPER = {
     # temperature (SGLANG_RETURN_ORIGINAL_LOGPROB is set nowhere).
     "training.logprob_temperature": 1.0,
     "training.behaviour_logprob_temperature": 0.6,
+    # Admission: their smoke test's types (synthetic_game_env.py:262-335), ENV_STEP_TIMEOUT 30 s
+    # (orchestrator.py:27), their designer system prompt (template.py:324-329; none for tool use).
+    "validation.contract": "authors",
+    "validation.call_timeout_s": 30.0,
+    "designer.system_prompt": "authors",
 }
 PAPER_GAMES = {
     **PAPER,
@@ -285,6 +291,8 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert rules.tool_turns == "count" and not rules.malformed_call_feedback, preset
         assert cfg.validation.llm_validator_top_p is None and cfg.validation.llm_validator_top_k is None, preset
         assert cfg.training.logprob_temperature == cfg.training.behaviour_logprob_temperature == 1.0, preset
+        assert cfg.validation.contract == "ours" and cfg.designer.system_prompt == "ours", preset
+        assert cfg.validation.call_timeout_s == 5.0, preset
 
 
 def test_tiny_shows_memory_examples_whole_and_the_paper_presets_cut_them_as_the_authors() -> None:

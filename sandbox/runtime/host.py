@@ -9,7 +9,11 @@ generated code runs, fd 0 is pointed at /dev/null and fd 1 at stderr, and ``sys.
 capped buffer, so ``print``, ``sys.stdout.write`` and ``os.write(1, ...)`` from the environment can never
 produce or corrupt a protocol frame. The first frame is ``{"ready": true}``.
 
-Requests: ``load`` (source, max_turns), ``reset`` (seed), ``step`` (action), ``solution``, ``close``.
+Requests: ``load`` (source, max_turns, own_max_turns, contract), ``reset`` (seed), ``step`` (action),
+``solution``, ``close``. ``contract`` is ``ours`` (a ``solution`` method, reset returns a pair, 0/1 taken as
+flags, no bool reward) or ``authors`` (their smoke test's types, spade/core/envs/synthetic_game_env.py:262-335:
+no ``solution`` needed, reset may return the observation alone, flags must be real bools, any int or float
+reward); both refuse a reward that is not finite or beyond +-REWARD_LIMIT.
 Replies: ``{"ok": true, ...}`` or ``{"ok": false, "error_type": ..., "message": ...}``; each carries the
 environment's captured ``stdout`` (truncated).
 """
@@ -122,22 +126,22 @@ def check_info(value, where):
     return _json_safe(value)
 
 
-def check_flag(value, name):
+def check_flag(value, name, strict=False):
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and value in (0, 1):
+    if not strict and isinstance(value, int) and value in (0, 1):
         return bool(value)
     raise ContractError("step returned %s=%s (%s), expected a bool" % (name, _short(value), type(value).__name__))
 
 
-def check_reward(value):
+def check_reward(value, allow_bool=False):
     """A finite number within +-REWARD_LIMIT, as a float.
 
     The contract asks for rewards in [-1, 1] and the full validator checks that; the host is wider, so that
     ``validation.mode: smoke`` keeps the authors' [-10, 10] and the engine's clamp of the return to [-1, 1]
     is what decides an out-of-range reward at play time (the authors' semantics).
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if (isinstance(value, bool) and not allow_bool) or not isinstance(value, (int, float)):
         raise ContractError(
             "step returned reward %s of type %s, expected a number in [-1, 1]" % (_short(value), type(value).__name__)
         )
@@ -200,8 +204,9 @@ def build_env(cls, cap):
 class Host:
     def __init__(self):
         self.env = None
+        self.authors = False  # the authors' contract (see the module doc)
 
-    def load(self, source, max_turns=12, own_max_turns=False):
+    def load(self, source, max_turns=12, own_max_turns=False, contract="ours"):
         """Load the one environment class of ``source`` and build it with ``max_turns``; with
         ``own_max_turns`` it is built with its own default instead and keeps its own ``max_turns``, capped at
         ``max_turns`` (the authors' ``respect_game_max_turns``, spade/core/envs/synthetic_game_env.py:226-246)."""
@@ -215,7 +220,8 @@ class Host:
         sys.modules[MODULE_NAME] = module
         exec(code, module.__dict__)
         cls = find_env_class(module.__dict__)
-        if not callable(getattr(cls, "solution", None)):
+        self.authors = contract == "authors"
+        if not self.authors and not callable(getattr(cls, "solution", None)):
             raise ContractError("environment class %s has no solution() method" % cls.__name__)
         self.env = build_env(cls, max_turns) if own_max_turns else cls(max_turns=max_turns)
         tools = spade_env.tool_schemas(cls)
@@ -229,7 +235,10 @@ class Host:
         return self.env
 
     def reset(self, seed=None):
-        out = check_tuple(self._need_env().reset(seed=seed), 2, "reset(seed)")
+        out = self._need_env().reset(seed=seed)
+        if self.authors and isinstance(out, str):
+            out = (out, {})
+        out = check_tuple(out, 2, "reset(seed)")
         return {"ok": True, "obs": check_obs(out[0], "reset"), "info": check_info(out[1], "reset")}
 
     def step(self, action=""):
@@ -237,9 +246,9 @@ class Host:
         return {
             "ok": True,
             "obs": check_obs(out[0], "step"),
-            "reward": check_reward(out[1]),
-            "terminated": check_flag(out[2], "terminated"),
-            "truncated": check_flag(out[3], "truncated"),
+            "reward": check_reward(out[1], allow_bool=self.authors),
+            "terminated": check_flag(out[2], "terminated", strict=self.authors),
+            "truncated": check_flag(out[3], "truncated", strict=self.authors),
             "info": check_info(out[4], "step"),
         }
 
@@ -279,7 +288,10 @@ def handle(host, request):
     try:
         if op == "load":
             return host.load(
-                request.get("source", ""), int(request.get("max_turns", 12)), bool(request.get("own_max_turns"))
+                request.get("source", ""),
+                int(request.get("max_turns", 12)),
+                bool(request.get("own_max_turns")),
+                str(request.get("contract", "ours")),
             )
         if op == "reset":
             return host.reset(request.get("seed"))

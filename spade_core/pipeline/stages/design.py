@@ -77,7 +77,9 @@ def prompt_from_text(
     if cfg.designer.mode == "mutate":
         parent = choose_parent(memory, skill, rng)
         code = without_docstring(parent.code)
-        messages = mutation_messages(text, skill, cfg.designer.difficulty, code, parent.win_rate)
+        messages = mutation_messages(
+            text, skill, cfg.designer.difficulty, code, parent.win_rate, cfg.designer.system_prompt
+        )
         return Prompt(doc_id, skill, messages, parent.env_id)
     if cfg.designer.mode == "parameters":
         parent = choose_parent(memory, skill, rng, parameters=True)
@@ -87,7 +89,9 @@ def prompt_from_text(
     negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
     multiturn = cfg.designer.multiturn and skill_kind(skill) == "tool"
     brief = multiturn_brief(multiturn_example(skill), rng) if multiturn else None
-    messages = design_messages(text, skill, cfg.designer.difficulty, positives, negatives, brief)
+    messages = design_messages(
+        text, skill, cfg.designer.difficulty, positives, negatives, brief, cfg.designer.system_prompt
+    )
     return Prompt(doc_id, skill, messages)
 
 

@@ -39,6 +39,7 @@ def _solutions(ctx: GenerationContext, env_id: str, code: str) -> list[str]:
         limits=limits_from_config(ctx.cfg.validation),
         call_timeout_s=ctx.cfg.validation.call_timeout_s,
         own_max_turns=ctx.cfg.rollout.game_max_turns,
+        contract=ctx.cfg.validation.contract,
     ) as session:
         if session.open().ok:
             for seed in hint_seeds(ctx, env_id):
