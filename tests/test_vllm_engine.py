@@ -4,6 +4,7 @@ killed server restarted once, a stream of episodes, and nothing left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -170,14 +171,28 @@ def test_a_new_checkpoint_serves_exactly_its_weights(
     assert greedy_text(engine) != before
     engine.reload(tiny_model_dir)  # ... and the old ones back
     assert greedy_text(engine) == before
-    # ... but a tied-embedding model's head stays stale on a CPU, so load_checkpoint restarts for it, and the
-    # engine then serves exactly the checkpoint's distribution (the trainer's log-probs at its weights).
+    # load_checkpoint reloads in place, and the engine then serves exactly the checkpoint's distribution
+    # (the trainer's log-probs at its weights): the tied output head too, through the untied view
     swap = engine.load_checkpoint(moved_model)
-    assert swap is not None and swap.method == "restart" and "tied embeddings" in (swap.error or ""), swap
+    assert swap is not None and swap.method == "reload" and swap.error is None, swap
     assert engine.model_ref == f"vllm:{Path(moved_model).name}"
-    assert greedy_text(engine) != before
     assert trainer_logprob_gap(engine, moved_model) < 1e-4
     assert engine.load_checkpoint(moved_model) is None  # already loaded: nothing to do
+
+
+def test_a_tied_checkpoint_is_served_as_an_untied_view_that_answers_alike(tiny_model_dir: str, tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    from spade_core.llm.untied import untied_view
+
+    view = untied_view(tiny_model_dir, tmp_path)
+    assert view is not None and json.loads((Path(view) / "config.json").read_text())["tie_word_embeddings"] is False
+    with (
+        safe_open(f"{view}/lm_head.safetensors", "pt") as head,
+        safe_open(f"{tiny_model_dir}/model.safetensors", "pt") as model,
+    ):
+        assert torch.equal(head.get_tensor("lm_head.weight"), model.get_tensor("model.embed_tokens.weight"))
+    assert (Path(view) / "model.safetensors").is_symlink()  # nothing but the head is copied
 
 
 def test_the_lease_hands_the_next_checkpoint_to_the_idle_server(
@@ -211,8 +226,9 @@ def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMG
 
 def test_close_leaves_no_engine_process_behind(engine: VLLMGenerator) -> None:  # the module's last test
     assert engine.server is not None and engine.server.proc is not None
-    group, tmp = engine.server.proc.pid, engine._tmp
+    group, tmp, views = engine.server.proc.pid, engine._tmp, [Path(v) for v in engine._views.values()]
     assert tmp is not None and tmp.is_dir() and tmp.is_relative_to(cache_dir())  # the engine's files stay there
+    assert views and all(v.is_dir() and v.is_relative_to(cache_dir()) for v in views)  # the tied model's view
     engine.close()
     left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
-    assert left == [] and not tmp.exists()
+    assert left == [] and not tmp.exists() and not any(v.exists() for v in views)

@@ -16,8 +16,8 @@ turn prefills only what the last one added (``Completion.cached_tokens`` says ho
 Weights: :meth:`VLLMGenerator.load_checkpoint` reloads a new checkpoint into the running engine
 (``POST /collective_rpc reload_weights`` from the checkpoint directory, then ``POST /reset_prefix_cache``,
 which needs ``VLLM_SERVER_DEV_MODE=1``); only when that fails is the server restarted on the checkpoint,
-once. On a CPU a model whose output head is tied to its embedding is restarted instead: reloaded in place
-it answered differently from a fresh start on the same checkpoint (the tied head kept the old weights).
+once. On a CPU a model whose output head is tied to its embedding is served as an untied view of its
+checkpoint (:mod:`spade_core.llm.untied`): reloaded in place as it is, the tied head kept the old weights.
 Every swap is kept as a :class:`WeightSwap` (method and seconds) for the stage that asked for it.
 
 Supervision: a server that died is restarted once — by whichever request in flight finds it dead first —
@@ -46,6 +46,7 @@ from typing import Any
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
 from spade_core.llm.embedded import cache_dir, resolve_model
 from spade_core.llm.server_process import ServerProcess, free_port
+from spade_core.llm.untied import untied_view
 
 SERVED_NAME = "spade"  # the name requests use, whichever checkpoint is loaded
 VLLM_COMMAND = (
@@ -148,6 +149,7 @@ class VLLMGenerator:
         self.startup_timeout_s = startup_timeout_s
         self.server: ServerProcess | None = None
         self._tmp: Path | None = None  # the running server's temporary files
+        self._views: dict[str, str] = {}  # checkpoint -> the untied view the engine loads for it (on a CPU)
         self.model_path = resolve_model(model_cfg.name_or_path)
         self.model_ref = f"vllm:{Path(self.model_path).name}"
         self.tokenizer = load_tokenizer(self.model_path)
@@ -186,7 +188,8 @@ class VLLMGenerator:
         port = free_port()
         self._tmp = cache_dir() / "vllm" / "tmp" / f"server-{port}"
         env = engine_env(self.cfg, self.on_cpu, self._tmp)
-        self.server = ServerProcess(self._command(model_path, port), port, self.startup_timeout_s, env=env)
+        command = self._command(self._served(model_path), port)
+        self.server = ServerProcess(command, port, self.startup_timeout_s, env=env)
         self.server.start()
         self._set_model(model_path)
         self.swaps.append(WeightSwap(method, time.perf_counter() - started, model_path, error))
@@ -194,6 +197,22 @@ class VLLMGenerator:
     def _set_model(self, model_path: str) -> None:
         self.model_path = model_path
         self.model_ref = f"vllm:{Path(model_path).name}"
+        self._drop_views(keep=model_path)
+
+    def _served(self, model_path: str) -> str:
+        """The directory the engine loads for ``model_path``: on a CPU, a tied-embedding checkpoint's untied
+        view (built afresh), else the checkpoint itself."""
+        if not (self.on_cpu and ties_embeddings(model_path)):
+            return model_path
+        view = untied_view(model_path, cache_dir() / "vllm" / "views")
+        if view is None:
+            return model_path
+        self._views[model_path] = view
+        return view
+
+    def _drop_views(self, keep: str | None = None) -> None:
+        for path in [p for p in self._views if p != keep]:
+            shutil.rmtree(self._views.pop(path), ignore_errors=True)
 
     def _post(self, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
         assert self.server is not None
@@ -215,7 +234,7 @@ class VLLMGenerator:
         try:
             self._post(
                 "/collective_rpc",
-                {"method": "reload_weights", "kwargs": {"weights_path": model_path}},
+                {"method": "reload_weights", "kwargs": {"weights_path": self._served(model_path)}},
                 self.cfg.request_timeout_s,
             )
             self._post("/reset_prefix_cache", None, 60.0)
@@ -231,11 +250,6 @@ class VLLMGenerator:
             return None
         if self.server is None or not self.server.running:
             self._start(path, "restart", "the server was not running")
-            return self.swaps[-1]
-        if self.on_cpu and ties_embeddings(path):
-            # Measured: reloaded in place, a tied-embedding model (SmolLM2) answered differently from a fresh
-            # start on the same checkpoint — vLLM 0.32's CPU reload leaves the tied output head stale.
-            self._start(path, "restart", "tied embeddings: a CPU reload would keep the old output head")
             return self.swaps[-1]
         started = time.perf_counter()
         try:
@@ -338,6 +352,7 @@ class VLLMGenerator:
 
     def close(self) -> None:
         self._stop()
+        self._drop_views()
         atexit.unregister(self.close)
 
 
