@@ -621,7 +621,9 @@ class TrainingConfig(_Section):
         return self
 
 
-SuiteName = Literal["reasoning_gym", "humaneval", "bfcl", "bfcl_multi_turn", "tau2"]  # the registry of spade_core/eval/
+SuiteName = Literal[
+    "reasoning_gym", "reasoning_gym_hard", "humaneval", "bfcl", "bfcl_multi_turn", "tau2"
+]  # the registry of spade_core/eval/
 
 
 def _default_suites() -> list[SuiteName]:

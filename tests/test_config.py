@@ -218,6 +218,9 @@ PAPER_GAMES = {
     "training.beta": 0.0,
     "rollout.hint_max_new_tokens": 4096,
     "evaluation.every": 0,  # --eval-interval 100000 --skip-eval-before-train: no in-loop eval
+    # their _games_gem.yaml: the reasoning-gym hard split, 100 tasks x 8 episodes (AIME, GPQA, LCB: not offline)
+    "evaluation.suites": ["reasoning_gym_hard"],
+    "evaluation.limit": 800,
 }
 PAPER_TOOL_USE = {
     **PAPER,

@@ -169,7 +169,8 @@ def test_eval_command_scores_a_checkpoint_and_rejects_unknown_suites(tiny_model_
     bad = runner.invoke(cli(), ["eval", "--suite", "reasoning_gym", "--suite", "gsm8k"])
     assert bad.exit_code == 2
     assert bad.output.strip().splitlines()[-1] == (
-        "error: unknown evaluation suite 'gsm8k'; allowed: reasoning_gym, humaneval, bfcl, bfcl_multi_turn, tau2"
+        "error: unknown evaluation suite 'gsm8k'; allowed: "
+        "reasoning_gym, reasoning_gym_hard, humaneval, bfcl, bfcl_multi_turn, tau2"
     )
     both = runner.invoke(cli(), ["eval", "--checkpoint", tiny_model_dir, "--run-id", "r", "--gen", "1"])
     assert both.exit_code == 2 and "not both" in both.output

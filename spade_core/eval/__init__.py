@@ -1,6 +1,8 @@
 """Held-out evaluation suites (docs/DESIGN.md §9), all offline, from packages:
 
 - ``reasoning_gym``: math, logic and algorithmic problems (reasoning-gym), fixed held-out seed;
+- ``reasoning_gym_hard``: the reasoning-gym hard split as the authors evaluate games (100 tasks × 8
+  sampled episodes);
 - ``humaneval``: HumanEval completions run with their tests in the jail;
 - ``bfcl``: BFCL simple / parallel / irrelevance calls and the multi-turn base set, BFCL's own checkers;
 - ``bfcl_multi_turn``: BFCL's multi-turn base, miss_func, miss_param and long_context sets;
@@ -18,11 +20,13 @@ from collections.abc import Sequence
 from spade_core.eval.base import EvalItem, Suite, UnknownSuiteError
 from spade_core.eval.bfcl import BFCLMultiTurnSuite, BFCLSuite
 from spade_core.eval.humaneval import HumanEvalSuite
+from spade_core.eval.reasoning_gym_hard import ReasoningGymHardSuite
 from spade_core.eval.reasoning_gym_suite import ReasoningGymSuite
 from spade_core.eval.tau2 import Tau2Suite
 
 SUITES: dict[str, type[Suite]] = {
     "reasoning_gym": ReasoningGymSuite,
+    "reasoning_gym_hard": ReasoningGymHardSuite,
     "humaneval": HumanEvalSuite,
     "bfcl": BFCLSuite,
     "bfcl_multi_turn": BFCLMultiTurnSuite,

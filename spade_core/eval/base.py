@@ -59,6 +59,10 @@ class Suite(ABC):
 
     name: ClassVar[str]
     max_new_tokens: ClassVar[int] = 512  # per reply; the runner may cap it
+    # Sampling of the suite's replies: greedy unless a suite samples as its benchmark does.
+    temperature: ClassVar[float] = 0.0
+    top_p: ClassVar[float] = 1.0
+    top_k: ClassVar[int | None] = None
 
     @abstractmethod
     def items(self, limit: int, seed: int) -> list[EvalItem]:

@@ -138,9 +138,12 @@ def evaluate_suite(
     chunk_size: int = 32,
     on_progress: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
-    """Generate (greedy) and score ``items`` of one suite in chunks; one ``evals`` row per item."""
+    """Generate (greedy, or with the suite's own sampling) and score ``items`` of one suite in chunks; one
+    ``evals`` row per item."""
     tokens = max_new_tokens or suite.max_new_tokens
-    params = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=tokens, seed=seed)
+    params = SamplingParams(
+        temperature=suite.temperature, top_p=suite.top_p, top_k=suite.top_k, max_new_tokens=tokens, seed=seed
+    )
     rows: list[dict[str, Any]] = []
     for start in range(0, len(items), chunk_size):
         chunk = items[start : start + chunk_size]
@@ -178,7 +181,8 @@ def evaluate(
     """Evaluate ``generator`` on each suite (a registry name or a :class:`Suite`); rows of ``evals``.
 
     Args:
-        generator: any backend of the ``Generator`` protocol; decoding is greedy (temperature 0).
+        generator: any backend of the ``Generator`` protocol; decoding is greedy (temperature 0) unless a
+            suite samples as its benchmark does (``reasoning_gym_hard``).
         suite_names: names from ``spade_core.eval.SUITES`` or suite instances.
         limit: items per suite; seed: held-out item selection seed.
         checkpoint: the value of the ``checkpoint`` column (a path, a model name, ``run/gen``).
