@@ -454,6 +454,35 @@ class OptimizerState:
         torch.save(trainer.lr_scheduler.state_dict(), out / "scheduler.pt")
 
 
+def _config_class() -> Any:
+    """``SpadeGRPOConfig``: TRL's ``GRPOConfig`` plus ``behaviour_logprob_temperature``, the temperature of
+    the stored behaviour log-probs, which the trainer reads for TIS. Built on first use (TRL is imported
+    lazily) and kept as this module's attribute, so the args the Trainer saves with a checkpoint pickle by
+    name and load anywhere (:func:`__getattr__`)."""
+    built = globals().get("SpadeGRPOConfig")
+    if built is not None:
+        return built
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    @dataclasses.dataclass
+    class SpadeGRPOConfig(GRPOConfig):  # type: ignore[misc]
+        behaviour_logprob_temperature: float = 1.0
+
+    SpadeGRPOConfig.__module__ = __name__
+    SpadeGRPOConfig.__qualname__ = "SpadeGRPOConfig"
+    globals()["SpadeGRPOConfig"] = SpadeGRPOConfig
+    return SpadeGRPOConfig
+
+
+def __getattr__(name: str) -> Any:
+    """``SpadeGRPOConfig`` on demand (unpickling a saved ``training_args.bin`` looks it up by name)."""
+    if name == "SpadeGRPOConfig":
+        return _config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def grpo_args(cfg: Any, batch: Batch, output_dir: str, num_processes: int) -> tuple[Any, int]:
     """``GRPOConfig`` for exactly one optimizer step over the whole batch, and the padded sample count.
 
@@ -461,23 +490,14 @@ def grpo_args(cfg: Any, batch: Batch, output_dir: str, num_processes: int) -> tu
     gradient-accumulation steps as the batch needs. AdamW with the run's settings; TRL's own advantage
     scaling off (``scale_rewards="none"``; the subclass replaces its advantages anyway).
     """
-    import dataclasses
-
     import torch
-    from trl import GRPOConfig
-
-    @dataclasses.dataclass
-    class SpadeGRPOConfig(GRPOConfig):  # type: ignore[misc]
-        """TRL's config plus the temperature of the stored behaviour log-probs (the trainer reads it for TIS)."""
-
-        behaviour_logprob_temperature: float = 1.0
 
     t = cfg.training
     micro = math.ceil(t.per_device_batch_size / MICRO_GROUP) * MICRO_GROUP
     per_step = micro * num_processes
     accumulation = max(1, math.ceil(len(batch.samples()) / per_step))
     on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available()
-    args = SpadeGRPOConfig(
+    args = _config_class()(
         behaviour_logprob_temperature=t.behaviour_logprob_temperature,
         output_dir=output_dir,
         per_device_train_batch_size=micro,
