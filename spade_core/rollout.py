@@ -35,6 +35,15 @@ each result comes back as a ``tool`` message, and the turn's reward is 0. A malf
 written, nothing parsed) goes to ``step`` and, with ``rollout.mask_malformed_tool_calls``, its reply's tokens
 get mask 0.
 
+The authors' prompts and rules that differ from ours are settings too (docs/method.md, "What the paper
+presets reproduce"): ``rollout.agent_prompt`` (:mod:`spade_core.agent_prompts`), ``rollout.hinted_play_rules``
+(``authors``: a hinted play gets ``max_tokens_per_turn`` every turn, no end-of-turn or context-margin rule,
+stops only on a full context, is not retried, and a failure scores 0 and is kept, its message appended to the
+transcript; ``orchestrator.py:1783-1917``), ``rollout.tool_turns`` (``free``: a turn of native tool calls
+counts toward ``rollout.max_turns`` only, the environment's own limit counting its steps;
+``orchestrator.py:835-1003``), ``rollout.malformed_call_feedback`` (the authors' ``[FORMAT]`` line after a
+masked malformed call) and ``validation.contract`` (what the jail's loader admits, at play as at validation).
+
 For training, each episode keeps the token ids of the whole conversation and a loss mask: 1 on the
 agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.chat_tokens`).
 
@@ -317,7 +326,9 @@ class RolloutEngine:
         if self.tokenizer is None:
             return False
         left = self.cfg.max_context_tokens - len(episode.token_ids)
-        margin = None if episode.authors_hinted else self.cfg.context_margin_tokens
+        if episode.authors_hinted:  # the authors check no context on a hinted play: only a full one stops it
+            return left <= 0
+        margin = self.cfg.context_margin_tokens
         return left <= margin if margin is not None else left < self.cfg.max_tokens_per_turn
 
     def _record_reply(self, episode: _Episode, completion: Completion) -> tuple[bool, bool, str]:
