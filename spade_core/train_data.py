@@ -37,6 +37,7 @@ import pandas as pd
 
 from sandbox.outcome import is_env_error
 from spade_core.advantages import group_zscores
+from spade_core.chat_tokens import ChatTokens, template_kwargs
 
 AGENT = "agent"
 DESIGNER = "designer"
@@ -195,24 +196,26 @@ def with_advantages(samples: list[Sample]) -> list[Sample]:
     return [replace(s, advantage=a) for s, a in zip(samples, advantages, strict=True)]
 
 
-def designer_samples(designs: pd.DataFrame, tokenizer: Any) -> list[Sample]:
+def designer_samples(designs: pd.DataFrame, tokenizer: Any, enable_thinking: bool | None = None) -> list[Sample]:
     """Rewarded designs as designer samples (docs/DESIGN.md §7: the designer's windowed, delayed reward).
 
     ``designs`` holds one row per design to train: its ``designs`` columns (the final, valid attempt) and
     its ``designer_rewards`` columns ``raw`` and ``reward``. The advantage is ``reward`` as the reward stage
     computed it (centred on its skill's mean, scaled): SPADE does not z-score designer samples, so a group
     of one design carries signal. The prompt is re-rendered from the stored chat messages with the chat
-    template, exactly as the designer saw it; the completion is the stored sampled tokens (the text's tokens
+    template (``enable_thinking`` passed when the template reads it), exactly as the designer saw it; the completion is the stored sampled tokens (the text's tokens
     when the backend gave none) followed by the end-of-turn token when the reply did not end with it, so
     the stored behaviour log-probs line up token for token (NaN, i.e. weight 1, for an appended token).
     """
     if designs.empty:
         return []
+    # model.enable_thinking reaches the template as it reached the designer's request (when the template reads it)
+    extra = ChatTokens(tokenizer, None, template_kwargs(enable_thinking)).extra
     eos = int(tokenizer.eos_token_id)
     samples = []
     for row in designs.sort_values(["skill", "design_id"]).itertuples():
         messages = json.loads(row.prompt)
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **extra)
         prompt_ids = [int(t) for t in (prompt["input_ids"] if hasattr(prompt, "keys") else prompt)]
         stored = getattr(row, "completion_ids", None)
         if stored is not None and len(stored) > 0:

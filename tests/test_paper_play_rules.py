@@ -136,3 +136,46 @@ def test_a_masked_malformed_call_gets_the_authors_format_line(tiny_generator) ->
     assert row["episode_return"] == 1.0 and sum(m["content"].count("[FORMAT]") for m in row["transcript"]) == 1
     (row,), _ = play(Scripted(script), SAFE, [(0, "no_hint", None)], NATIVE, tok)  # off: the format error alone
     assert "[FORMAT]" not in row["transcript"][3]["content"]
+
+
+# -- model.enable_thinking ------------------------------------------------------------------------------------
+THINKING = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+
+
+def test_enable_thinking_reaches_a_template_that_reads_it_and_no_other(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    import pandas as pd
+
+    from spade_core.chat_tokens import ChatTokens
+    from spade_core.train_data import designer_samples
+
+    reads = copy.deepcopy(tiny_generator.tokenizer)
+    reads.chat_template = THINKING
+    cfg = GAME.model_copy(update={"max_turns": 1})
+    for enable, empty_think in ((False, True), (None, False)):
+        engine = RolloutEngine(
+            Scripted({0: ["\\boxed{a}"]}),
+            cfg,
+            SamplingParams(seed=0),
+            call_timeout_s=1.5,
+            tokenizer=reads,
+            enable_thinking=enable,
+        )
+        (row,) = engine.run([EpisodeSpec(env_id_for(ECHO), ECHO, 0)])
+        assert ("<think>\n\n</think>" in reads.decode(row["token_ids"])) is empty_think
+    # a template that does not read it renders as before
+    plain = tiny_generator.tokenizer
+    messages = [{"role": "user", "content": "hi"}]
+    assert ChatTokens(plain, None, {"enable_thinking": False}).prompt(messages) == ChatTokens(plain).prompt(messages)
+    # the designer's training prompt is rendered the same way
+    design = {"prompt": '[{"role": "user", "content": "design"}]', "completion": "x", "skill": "s", "design_id": "d"}
+    design |= {"group_id": "g", "reward": 1.0, "raw": 1.0, "env_id": "e", "policy_step": 0}
+    (sample,) = designer_samples(pd.DataFrame([design]), reads, enable_thinking=False)
+    assert "<think>" in reads.decode(sample.prompt_ids)
+    (sample,) = designer_samples(pd.DataFrame([design]), reads)
+    assert "<think>" not in reads.decode(sample.prompt_ids)
