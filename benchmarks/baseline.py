@@ -8,20 +8,24 @@ Two runs in one fresh store, from the same base model and seed, each by the real
   sliding-window controller, ``spade_core/envs/rlve_pool.py``), no hinted plays, K = 1 as the authors'
   ``--spade-game-regeneration-interval 1``.
 
-Each arm starts generations until ``--minutes`` have passed since it began (a started generation finishes,
-so an arm may overrun by one generation). Both arms then get the same held-out suites at the same
-training step N: the largest step both reached that ends a generation in each (a multiple of both Ks).
-Step 0 is the shared base model. The scores are written to the store's ``evals`` table (SPADE's rows also
-at generation 0), so ``spade report spade --baseline rlve --store DIR`` puts them side by side, aligned by
-step. The last line:
+The SPADE arm starts generations until ``--minutes`` have passed since it began; a started generation
+finishes, so it may overrun by up to one generation (on ``tiny``, minutes to tens of minutes). The RLVE arm
+then gets the minutes the SPADE arm actually took (at least ``--minutes``), so both arms have the same
+wall-clock budget M, whatever the overrun. Both arms then get the same held-out suites (the same items) at
+the same training step N, the last step both reached: every step writes a checkpoint, so checkpoint N
+exists in each run (step 0 is the shared base model). Where N ends a generation in both runs (a multiple
+of both Ks), the scores are also written to the store's ``evals`` table at that generation (SPADE's base
+model at generation 0), so ``spade report spade --baseline rlve --store DIR`` puts them side by side,
+aligned by step. ``--evaluate-only --keep DIR`` evaluates a kept store again (other suites, more items).
+The last line:
 
     spade_eval=A baseline_eval=B steps=N minutes=M
 
-(A, B: the mean over suites of the mean score at step N; M: the budget per arm.) At 135M on a CPU this is
-a check that both arms run and are compared on equal terms, not the paper's result.
+(A, B: the mean over suites of the mean score at step N; M: the budget each arm had, in minutes.) At 135M
+on a CPU this is a check that both arms run and are compared on equal terms, not the paper's result.
 
     .venv/bin/python benchmarks/baseline.py [--minutes 5] [--rlve rlve:Sorting,Multiplication,Division]
-        [--suites reasoning_gym] [--limit 5] [--set key=value ...] [--keep DIR]
+        [--suites reasoning_gym] [--limit 5] [--set key=value ...] [--keep DIR [--evaluate-only]]
 """
 
 from __future__ import annotations
@@ -41,9 +45,11 @@ import time
 
 import pandas as pd
 
+from spade_core.checkpoints import model_path_for_checkpoint, newest_checkpoint_at_or_below
 from spade_core.config import SpadeConfig, load_config
 from spade_core.envs.rlve import resolve
-from spade_core.eval import evaluate_checkpoint
+from spade_core.eval import evaluate
+from spade_core.llm import make_generator
 from spade_core.pipeline.local import run_run
 from spade_core.store import Store
 
@@ -71,16 +77,23 @@ def run_arm(cfg: SpadeConfig, store: Store, run_id: str, minutes: float) -> tupl
     return gen, (time.perf_counter() - start) / 60
 
 
-def common_step(done: dict[str, tuple[int, int]]) -> int:
-    """The largest training step every arm reached that ends a generation in each: ``done`` = {arm:
-    (generations, K)}.
-
-    >>> common_step({"spade": (3, 2), "rlve": (9, 1)}), common_step({"spade": (1, 4), "rlve": (3, 1)})
-    (6, 0)
-    """
-    lcm = math.lcm(*(k for _, k in done.values()))
-    reached = min(g * k for g, k in done.values())
-    return reached - reached % lcm
+def evaluate_step(
+    cfg: SpadeConfig, store: Store, run_id: str, step: int, suites: list[str], limit: int
+) -> pd.DataFrame:
+    """Checkpoint ``step`` of ``run_id`` (0: the base model) on ``suites``; written to ``evals`` at generation
+    ``step / K`` when the step ends a generation (what ``spade report`` compares)."""
+    path = model_path_for_checkpoint(cfg, store, run_id, step)
+    generator = make_generator(cfg.model.model_copy(update={"name_or_path": str(path)}))
+    try:
+        frame = evaluate(generator, suites, limit, cfg.evaluation.seed, f"{run_id}/step-{step}")
+    finally:
+        generator.close()
+    k = cfg.training.steps_per_generation
+    if step % k == 0:
+        for suite in suites:
+            rows = frame[frame["suite"] == suite].reset_index(drop=True)
+            store.write_table("evals", rows, run_id=run_id, gen=step // k, stage=f"eval-{suite}", shard=0)
+    return frame
 
 
 def score(frame: pd.DataFrame) -> float:
@@ -98,33 +111,40 @@ def main() -> int:
     parser.add_argument("--lora", action=argparse.BooleanOptionalAction, default=True, help="LoRA in both arms.")
     parser.add_argument("--set", action="append", default=[], help="key=value for both arms (repeatable).")
     parser.add_argument("--keep", default=None, help="Store directory to keep (default: a temporary one).")
+    parser.add_argument("--evaluate-only", action="store_true", help="Evaluate the runs of --keep DIR again.")
+    parser.add_argument(
+        "--arms", default="spade,rlve", help="Arms to run [spade,rlve]; with --keep, the others' runs are reused."
+    )
     args = parser.parse_args()
+    if args.evaluate_only and not args.keep:
+        parser.error("--evaluate-only needs --keep DIR (the store whose runs to evaluate)")
     resolve(args.rlve)  # an unknown RLVE name stops here, before either arm runs
     root = args.keep or tempfile.mkdtemp(prefix="spade-baseline-")
     store = Store(root)
     try:
         cfgs = configs(args, root)
-        done: dict[str, tuple[int, int]] = {}
-        for arm, cfg in cfgs.items():
-            log(f"{arm}: up to {args.minutes:g} min")
-            gens, spent = run_arm(cfg, store, arm, args.minutes)
-            done[arm] = (gens, cfg.training.steps_per_generation)
+        budget = args.minutes
+        arms = [] if args.evaluate_only else [a.strip() for a in args.arms.split(",") if a.strip()]
+        for arm in arms:
+            cfg = cfgs[arm]
+            log(f"{arm}: up to {budget:.1f} min")
+            gens, spent = run_arm(cfg, store, arm, budget)
             log(f"{arm}: {gens} generations, {gens * cfg.training.steps_per_generation} steps, {spent:.1f} min")
-        step = common_step(done)
+            budget = max(budget, spent)  # the next arm gets what this one took
+        reached = {arm: newest_checkpoint_at_or_below(store, arm, 10**6) for arm in cfgs}
+        step = min(reached.values())
+        log(f"steps reached: {reached}; both evaluated at step {step}")
         suites = [s.strip() for s in args.suites.split(",") if s.strip()]
         scores = {}
         for arm, cfg in cfgs.items():
-            if arm == "spade":  # the shared base model, for the report's "vs base model" column
-                base = evaluate_checkpoint(cfg, store, arm, 0, suites, args.limit)
-                log(f"base model: {score(base):.3f}")
-            frame = evaluate_checkpoint(cfg, store, arm, step // done[arm][1], suites, args.limit)
+            if arm == "spade" and step > 0:  # the shared base model, for the report's "vs base model" column
+                log(f"base model: {score(evaluate_step(cfg, store, arm, 0, suites, args.limit)):.3f}")
+            frame = evaluate_step(cfg, store, arm, step, suites, args.limit)
             scores[arm] = score(frame)
             per_suite = frame.groupby("suite")["score"].mean().round(3).to_dict()
             log(f"{arm} at step {step}: {per_suite}")
         log(f"report: spade report spade --baseline rlve --store {root}" if args.keep else "store removed")
-        print(
-            f"spade_eval={scores['spade']:.3f} baseline_eval={scores['rlve']:.3f} steps={step} minutes={args.minutes:g}"
-        )
+        print(f"spade_eval={scores['spade']:.3f} baseline_eval={scores['rlve']:.3f} steps={step} minutes={budget:.1f}")
         return 0
     finally:
         if not args.keep:

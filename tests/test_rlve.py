@@ -21,6 +21,7 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.store import Store
 
 
+@pytest.mark.slow  # rlve:all loads a probe in a jail per non-standard-library import (networkx, numpy, sympy)
 def test_official16_is_the_authors_list_and_every_name_resolves() -> None:
     names = rlve.resolve("rlve:official16")
     assert names == rlve.OFFICIAL16 and len(names) == 16
@@ -71,11 +72,32 @@ def test_a_bundle_plays_in_the_jail_with_rlves_verifier() -> None:
         session.close()
 
 
-@pytest.mark.skipif(not rlve.jail_has("networkx"), reason="the system Python has no networkx (python3-networkx)")
+def _first_observation(code: str, seed: int) -> str:
+    from sandbox.session import EnvSession
+
+    session = EnvSession(code)
+    try:
+        assert session.open().ok
+        return str(session.reset(seed).data["obs"])
+    finally:
+        session.close()
+
+
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_the_plays_of_a_pool_row_share_one_problem() -> None:
+    """The authors' same-problem groups: a pool bundle ignores the play's seed; a bare one draws by it."""
+    shared = rlve.bundle("Multiplication", 4, problem_seed=7)
+    assert _first_observation(shared, 1) == _first_observation(shared, 2)
+    free = rlve.bundle("Multiplication", 4)
+    assert _first_observation(free, 1) != _first_observation(free, 2)
+
+
 @pytest.mark.usefixtures("jail_processes_checked")
 def test_an_official16_environment_needing_networkx_plays_in_the_jail() -> None:
     from sandbox.session import EnvSession
 
+    if not rlve.jail_has("networkx"):
+        pytest.skip("the system Python has no networkx for the jail (apt-get install python3-networkx)")
     session = EnvSession(rlve.bundle("ShortestPath", 2))
     try:
         assert session.open().ok and session.reset(3).ok

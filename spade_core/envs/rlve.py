@@ -29,7 +29,9 @@ A play's answer is RLVE's: the verifier reads the last ``<answer>...</answer>``;
 action is appended as ``<answer>X</answer>`` and the reward is 1 when the verifier's ``accuracy`` is 1,
 else 0, in one turn (``rlve_adapter.py:151-177``). A generator that fails (RLVE's ``generator`` returns
 False on any exception) is retried with fresh draws up to :data:`GENERATOR_ATTEMPTS` times
-(``rlve_adapter.py:310-326``); if every draw fails, ``reset`` raises and the play is an error row.
+(``rlve_adapter.py:310-326``); if every draw fails, ``reset`` raises and the play is an error row. The
+pool gives each environment one problem per generation, shared by all its plays (:func:`bundle`'s
+``problem_seed``), as the authors' baseline (``--spade-fixed-env-same-problem``).
 """
 
 from __future__ import annotations
@@ -265,6 +267,7 @@ NAME = {name!r}
 DIFFICULTY = {difficulty!r}
 PARAMETERS = json.loads({parameters!r})
 ATTEMPTS = {attempts!r}
+PROBLEM_SEED = {problem_seed!r}  # None: each reset(seed) draws its own problem; else every play shares one
 INSTRUCTION = {instruction!r}
 
 
@@ -290,7 +293,7 @@ class RlveEnv:
         self.problem = None
 
     def reset(self, seed=None):
-        rng = random.Random(seed)
+        rng = random.Random(seed if PROBLEM_SEED is None else PROBLEM_SEED)
         for _ in range(ATTEMPTS):
             parameter = rng.choice(PARAMETERS)
             problem = PROBLEM_CLASS()
@@ -325,10 +328,15 @@ def base_source() -> str:
     return text.split('"""', 2)[2].lstrip() if text.startswith('"""') else text
 
 
-def bundle(name: str, difficulty: int, params: list[dict[str, Any]] | None = None) -> str:
+def bundle(
+    name: str, difficulty: int, params: list[dict[str, Any]] | None = None, problem_seed: int | None = None
+) -> str:
     """The environment-contract module of RLVE environment ``name`` at ``difficulty`` (standard library only).
 
-    ``params`` replaces the controller's parameter list (tests give a broken one to check error rows).
+    ``params`` replaces the controller's parameter list (tests give a broken one to check error rows). With
+    ``problem_seed``, every ``reset`` draws the same (parameter, seed) from it whatever its own seed: all plays
+    of the module share one problem, the authors' ``--spade-fixed-env-same-problem`` (a GRPO group per
+    problem, ``rlve_adapter.py:284-351``); without it, each play's seed draws its own problem.
     """
     env = catalog()[name]
     return _BUNDLE.format(
@@ -336,6 +344,7 @@ def bundle(name: str, difficulty: int, params: list[dict[str, Any]] | None = Non
         difficulty=difficulty,
         parameters=json.dumps(parameters(name, difficulty) if params is None else params, sort_keys=True),
         attempts=GENERATOR_ATTEMPTS,
+        problem_seed=problem_seed,
         instruction=ANSWER_INSTRUCTION,
         base=base_source(),
         site=f"\nsys.path.append({JAIL_SITE!r})\n" if env.foreign_imports else "",

@@ -9,7 +9,9 @@ controller per generation, queryable in SQL:
   carry the same ``env_id``);
 - ``skill`` = :data:`SKILL` for every RLVE environment: RLVE has no skill taxonomy, and the memory and the
   scores need one of the project's skills;
-- ``source`` = ``fixed`` (as every fixed pool's), ``kind`` = ``game``, ``design_id`` null.
+- ``source`` = ``fixed`` (as every fixed pool's), ``kind`` = ``game``, ``design_id`` null;
+- ``code``: the bundle, with one problem per environment and generation that all its plays share (the
+  authors' ``--spade-fixed-env-same-problem``: the plays of an environment are a GRPO group on one problem).
 
 The window itself is not stored: it is a pure function of the stored plays (:func:`windows_by_gen`).
 
@@ -27,6 +29,7 @@ import pandas as pd
 from spade_core.catalog import query
 from spade_core.envs import rlve
 from spade_core.envs.rlve_difficulty import Window, sample_difficulty, windows
+from spade_core.hashing import short_hash
 from spade_core.store import Store
 
 if TYPE_CHECKING:
@@ -93,18 +96,20 @@ def difficulty_history(store: Store, run_id: str) -> pd.DataFrame:
 
 
 def rows(names: tuple[str, ...], state: dict[str, Window], key: str) -> pd.DataFrame:
-    """Pool rows of ``names`` at difficulties drawn from their windows (``key`` seeds each draw)."""
+    """Pool rows of ``names`` at difficulties drawn from their windows, each with the one problem all its
+    plays share (``key`` seeds both draws)."""
     built = []
     for name in names:
         window = state[name]
         difficulty = sample_difficulty(window, f"{key}:{name}")
+        problem_seed = int(short_hash(f"{key}:{name}:problem", 8), 16)
         built.append(
             {
                 "env_id": rlve.env_id(name, difficulty),
                 "design_id": None,
                 "skill": SKILL,
                 "kind": "game",
-                "code": rlve.bundle(name, difficulty),
+                "code": rlve.bundle(name, difficulty, problem_seed=problem_seed),
                 "source": SOURCE,
             }
         )

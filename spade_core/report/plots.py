@@ -409,6 +409,7 @@ def difficulty(frame: pd.DataFrame) -> bytes | None:
                 ax.plot(rows["step"], rows["difficulty"], color=color, marker="o", linestyle="none", markersize=3)
             ax.set_xlabel("training step")
             ax.set_ylabel("difficulty")
+            ax.set_ylim(-0.5, max(1, int(data[["high", "difficulty"]].max().max())) + 0.5)
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_title(f"RLVE difficulty: {run_id} (line: window top; dots: played)")
