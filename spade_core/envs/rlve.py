@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spade_core.config import ConfigError
+
 # cmd/games/train_fixed_rlve_4b.sh:30-37: RLVE_ENV_SET=official16
 OFFICIAL16: tuple[str, ...] = (
     "Division",
@@ -76,8 +78,9 @@ _JAIL_MODULES = frozenset({"Gym", "Gym.environment"})
 JAIL_SITE = "/usr/lib/python3/dist-packages"
 
 
-class RlveNameError(ValueError):
-    """A ``designer.fixed_pool`` RLVE name that does not exist or cannot run in the jail."""
+class RlveNameError(ConfigError):
+    """A ``designer.fixed_pool`` RLVE name that does not exist or cannot run in the jail (a config error: the
+    CLI prints it as one line)."""
 
 
 @dataclass(frozen=True)
