@@ -5,8 +5,9 @@ is trained on (``designer_rewards``: the mean raw value — the designer's curve
 the trained reward); per global step: the learning curve (no-hint win rate per skill and pool source, with
 generation boundaries); training loss and reward per role, the stage timeline (how far generation g+1's
 design chain overlapped generation g's training), eval scores against the base model and a baseline run
-(a fixed-environment run, or any run given with ``--baseline``), the top environments by regret with their
-code, and the run's stored config.
+(a fixed-environment run, or any run given with ``--baseline``; compared at the same training step, gen ·
+K, so runs with different K meet), for runs on RLVE's environments the difficulty controller per
+environment, the top environments by regret with their code, and the run's stored config.
 
 - :mod:`spade_core.report.data` — DuckDB queries over the store, returning frames;
 - :mod:`spade_core.report.plots` — the figures as PNG bytes (matplotlib, Agg canvas);
