@@ -133,7 +133,8 @@ def _plays(env_id: str, n: int, won: int, policy_step: int) -> pd.DataFrame:
 
 def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> None:
     """tau_num = 128 plays at the window's top, 90 % of them won: the window moves up; error rows, another
-    difficulty and another run do not count. Each generation's pool draws from the window its plays left."""
+    run's plays and another command's plays do not count. Each generation's pool draws from the window its
+    plays left."""
     store = Store(str(tmp_path))
     cfg = load_config("tiny", overrides=["designer.fixed_pool=rlve:Sorting,Division", f"store.root={tmp_path}"])
     won = pd.concat(
@@ -143,9 +144,10 @@ def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> N
         episode_id=lambda f: f["episode_id"] + "x", error_type="exception"
     )
     store.write_table("episodes", pd.concat([won, errored]), run_id="r", gen=1, stage="rollout-s0")
-    store.write_table(
-        "episodes", _plays("rlve:Division@d0", TAU_NUM, TAU_NUM, 0), run_id="other", gen=1, stage="rollout-s0"
-    )
+    all_won = _plays("rlve:Division@d0", TAU_NUM, TAU_NUM, 0)
+    store.write_table("episodes", all_won, run_id="other", gen=1, stage="rollout-s0")
+    # plays another command wrote into the run (spade rollout --run-id) are no training plays
+    store.write_table("episodes", all_won, run_id="r", gen=1, stage="rollout-cli")
     first = rlve_pool(GenerationContext(cfg, store, "r", 1))
     assert list(first["env_id"]) == ["rlve:Sorting@d0", "rlve:Division@d0"]
     assert set(first["source"]) == {"fixed"} and set(first["kind"]) == {"game"}

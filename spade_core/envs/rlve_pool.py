@@ -42,13 +42,26 @@ SKILL = "mathematical_reasoning"
 
 def _plays(store: Store, run_id: str, before_gen: int) -> pd.DataFrame:
     """gen, env_id, episode_return of the run's no-hint RLVE plays before ``before_gen``, in play order
-    (generation, step, environment, episode), error rows left out."""
-    return query(
-        store,
-        "select gen, env_id, episode_return from episodes where run_id = ? and gen < ? and condition = 'no_hint' "
-        "and error_type is null and starts_with(env_id, 'rlve:') order by gen, policy_step, env_id, episode_id",
-        [run_id, before_gen],
-    )
+    (generation, step, environment, episode), error rows left out.
+
+    Only the rollout stage's files count (``rollout-s{k}-{shard}``): plays another command wrote into the
+    run (``spade rollout --run-id`` writes ``rollout-cli``) are no training plays and move no window.
+    """
+    from spade_core.catalog import connect
+
+    files = store.path("tables", "episodes", f"run={run_id}", "gen=*", "rollout-s*.parquet")
+    if not store.fs.glob(files):
+        return pd.DataFrame(columns=["gen", "env_id", "episode_return"])
+    con = connect(store)
+    try:
+        source = f"read_parquet('{files}', hive_partitioning=true, hive_types={{'gen': BIGINT}})"
+        return con.execute(
+            f"select gen, env_id, episode_return from {source} where gen < ? and condition = 'no_hint' "
+            "and error_type is null and starts_with(env_id, 'rlve:') order by gen, policy_step, env_id, episode_id",
+            [before_gen],
+        ).df()
+    finally:
+        con.close()
 
 
 def _outcomes(frame: pd.DataFrame) -> list[tuple[str, int, bool]]:
