@@ -201,11 +201,12 @@ def designer_samples(designs: pd.DataFrame, tokenizer: Any, enable_thinking: boo
 
     ``designs`` holds one row per design to train: its ``designs`` columns (the final, valid attempt) and
     its ``designer_rewards`` columns ``raw`` and ``reward``. The advantage is ``reward`` as the reward stage
-    computed it (centred on its skill's mean, scaled): SPADE does not z-score designer samples, so a group
-    of one design carries signal. The prompt is re-rendered from the stored chat messages with the chat
-    template (``enable_thinking`` passed when the template reads it), exactly as the designer saw it; the completion is the stored sampled tokens (the text's tokens
-    when the backend gave none) followed by the end-of-turn token when the reply did not end with it, so
-    the stored behaviour log-probs line up token for token (NaN, i.e. weight 1, for an appended token).
+    computed it (centred on its skill's mean, scaled): SPADE does not z-score designer samples, so a group of
+    one design carries signal. The prompt is re-rendered from the stored chat messages with the chat template
+    (``enable_thinking`` passed when the template reads it), exactly as the designer saw it; the completion is
+    the stored sampled tokens (the text's tokens when the backend gave none) followed by the end-of-turn token
+    when the reply did not end with it, so the stored behaviour log-probs line up token for token (NaN, i.e.
+    weight 1, for an appended token).
     """
     if designs.empty:
         return []
