@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.12 2>/dev/null || echo python3.12)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SYSTEM_PACKAGES := libnl-3-200 libnl-route-3-200 python3
+SYSTEM_PACKAGES := libnl-3-200 libnl-route-3-200 python3 python3-networkx python3-sympy
 # Only the tests need a browser: the run report is rendered in headless Chromium.
 TEST_SYSTEM_PACKAGES := chromium
 PYTEST_ARGS ?=
@@ -23,13 +23,14 @@ help:
 	@echo "make vllm-env - build the vLLM engine's own environment ($(VLLM_VENV); CPU build unless a GPU answers)"
 
 system-deps:
-	@if PATH="$$PATH:/sbin:/usr/sbin" ldconfig -p | grep -q 'libnl-route-3.so.200' && test -x /usr/bin/python3; then :; \
+	@if PATH="$$PATH:/sbin:/usr/sbin" ldconfig -p | grep -q 'libnl-route-3.so.200' && test -x /usr/bin/python3 && \
+	  /usr/bin/python3 -c 'import networkx, sympy' 2>/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	  echo "installing system packages: $(SYSTEM_PACKAGES)"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES) >/dev/null 2>&1 || \
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES) >/dev/null; }; \
 	else \
-	  echo "error: nsjail needs $(SYSTEM_PACKAGES); run: sudo apt-get install -y $(SYSTEM_PACKAGES)" >&2; exit 1; \
+	  echo "error: nsjail and the jail's RLVE environments need $(SYSTEM_PACKAGES); run: sudo apt-get install -y $(SYSTEM_PACKAGES)" >&2; exit 1; \
 	fi
 	@test -x /usr/bin/python3 || { echo "error: /usr/bin/python3 (the jail's interpreter) is missing: apt-get install -y python3" >&2; exit 1; }
 

@@ -41,6 +41,18 @@ def test_an_unknown_rlve_name_is_one_line_with_close_matches(spec: str, close: s
     assert "\n" not in message and "unknown RLVE environment" in message and close in message
 
 
+def test_spade_run_with_an_unknown_rlve_name_is_one_line_before_anything_is_written(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spade_core.cli import app
+
+    args = ["run", "--run-id", "r", "--store", str(tmp_path / "s"), "--set", "designer.fixed_pool=rlve:Sortng"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().count("\n") == 0 and "close matches: Sorting" in result.stderr
+    assert not (tmp_path / "s").exists()
+
+
 def test_parameters_are_the_controller_after_d_updates() -> None:
     from Gym.parameter_controllers import identifier2controller
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config, load_config_text
+from spade_core.envs import rlve
 from spade_core.llm.context import check_token_budgets
 from spade_core.markers import artifact_hash, bound_settings
 from spade_core.store import Store
@@ -102,9 +103,12 @@ def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
 
     Raises:
         RunConfigMismatch: the run was started with settings that would change its artifacts; names the keys.
-        ConfigError: a token budget exceeds the model's context window (nothing is written).
+        ConfigError: a token budget exceeds the model's context window, or ``designer.fixed_pool`` names an
+            RLVE environment that does not exist or cannot run in the jail (nothing is written).
     """
     check_token_budgets(cfg)
+    if cfg.designer.fixed_pool and cfg.designer.fixed_pool.startswith("rlve:"):
+        rlve.resolve(cfg.designer.fixed_pool)
     stored = load_run_config(store, run_id)
     if stored is None:
         store.write_text(run_config_path(store, run_id), cfg.to_yaml())
