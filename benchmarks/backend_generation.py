@@ -69,7 +69,7 @@ def run(backend: str, extra: list[str], workdir: Path) -> tuple[float, float, di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", action="append", default=[], help="a config override for both runs")
-    parser.add_argument("--vllm-set", action="append", default=["model.dtype=bfloat16"], help="for the vLLM run")
+    parser.add_argument("--vllm-set", action="append", default=[], help="a config override for the vLLM run only")
     parser.add_argument("--keep", action="store_true", help="keep the stores (checkpoints: 1.6 GB per step)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="spade-backend-bench-"))
@@ -88,7 +88,7 @@ def main() -> None:
     print(f"{'stage':<22}{'vllm s':>10}{'transformers s':>16}")
     for name in names:
         v, t = results["vllm"][2].get(name), results["transformers"][2].get(name)
-        print(f"{name:<22}{v if v is not None else '-':>10}{t if t is not None else '-':>16}")
+        print(f"{name:<22}{f'{v:.1f}' if v is not None else '-':>10}{f'{t:.1f}' if t is not None else '-':>16}")
     (v_wall, v_peak, _), (t_wall, t_peak, _) = results["vllm"], results["transformers"]
     print(
         f"vllm_s={v_wall:.0f} transformers_s={t_wall:.0f} ratio={t_wall / v_wall:.2f} "
