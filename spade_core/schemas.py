@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 _str = pa.string()
+TIS_QUANTILES = ("min", "p10", "p50", "p90", "max")  # the spread of a step's TIS weights in train_metrics
 _transcript_turn = pa.struct([("role", _str), ("content", _str)])
 
 
@@ -225,6 +226,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("learning_rate", pa.float64(), True),
             _f("tis_weight_mean", pa.float64(), True),  # mean truncated importance weight over trained tokens
             _f("tis_clipped_fraction", pa.float64(), True),  # fraction of trained tokens whose weight was clamped
+            # the weights' spread over the step's trained tokens (min, 10th, 50th, 90th percentile, max)
+            *(_f(f"tis_weight_{k}", pa.float64(), True) for k in TIS_QUANTILES),
         ]
     ),
     "evals": pa.schema(

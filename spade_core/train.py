@@ -38,6 +38,7 @@ from spade_core.checkpoints import (
 )
 from spade_core.config import SpadeConfig, load_config
 from spade_core.llm.hf import pick_device
+from spade_core.schemas import TIS_QUANTILES
 from spade_core.stage_names import instance_name
 from spade_core.steps import due_designs_generation, first_step
 from spade_core.store import Store
@@ -176,6 +177,7 @@ def _metrics_frame(recorder: Any, batch: Batch, step: int) -> pd.DataFrame:
                     "learning_rate": _maybe(log.get("learning_rate")),
                     "tis_weight_mean": _maybe(log.get("tis/weight_mean")),
                     "tis_clipped_fraction": _maybe(log.get("tis/clipped_fraction")),
+                    **{f"tis_weight_{k}": _maybe(log.get(f"tis/weight_{k}")) for k in TIS_QUANTILES},
                 }
             )
     return pd.DataFrame(rows)

@@ -273,6 +273,9 @@ def test_truncated_importance_weights_are_capped_when_the_behaviour_policy_diffe
     train_step(cfg, store, RUN, GEN, 0)
     metrics = store.read_table("train_metrics", run_id=RUN, gen=GEN)
     assert metrics["tis_weight_mean"].tolist() == [1.5] and metrics["tis_clipped_fraction"].tolist() == [1.0]
+    # every weight clamped at 1.5: the spread the table keeps is that one value
+    spread = [metrics[f"tis_weight_{k}"].tolist() for k in ("min", "p10", "p50", "p90", "max")]
+    assert spread == [[1.5]] * 5, spread
 
 
 def _far_checkpoint(store: Store, base: str, out: Path) -> None:
@@ -439,4 +442,6 @@ def test_a_bf16_engine_gives_importance_weights_that_the_train_metrics_report(  
     # The fp32 trainer and the bf16 engine disagree: weights off 1 (an fp32 engine stays within 1e-4 of 1).
     weight = float(metrics["tis_weight_mean"].iloc[0])
     assert abs(weight - 1.0) > 1e-3 and 0.0 < weight <= 2.0, weight
+    low, high = float(metrics["tis_weight_min"].iloc[0]), float(metrics["tis_weight_max"].iloc[0])
+    assert 0.0 <= low <= float(metrics["tis_weight_p50"].iloc[0]) <= high <= 2.0 and high > low
     assert 0.0 <= float(metrics["tis_clipped_fraction"].iloc[0]) <= 1.0
