@@ -88,7 +88,8 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     pool = pool[columns] if pool is not None else pd.DataFrame(columns=columns)
     # A tool-use play that did not terminate keeps its place in its group but is masked out of the loss.
     agent, skipped = agent_samples(episodes, kinds=dict(zip(pool["env_id"], pool["kind"], strict=True)))
-    designer = designer_samples(due_designs(cfg, store, run_id, first_step(cfg, gen) + step), tokenizer)
+    due = due_designs(cfg, store, run_id, first_step(cfg, gen) + step)
+    designer = designer_samples(due, tokenizer, enable_thinking=cfg.model.enable_thinking)
     skill_of = dict(zip(pool["env_id"], pool["skill"], strict=True))
     agent = [_with_skill(s, skill_of.get(s.env_id or "")) for s in agent]
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)

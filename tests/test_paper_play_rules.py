@@ -179,3 +179,22 @@ def test_enable_thinking_reaches_a_template_that_reads_it_and_no_other(tiny_gene
     assert "<think>" in reads.decode(sample.prompt_ids)
     (sample,) = designer_samples(pd.DataFrame([design]), reads)
     assert "<think>" not in reads.decode(sample.prompt_ids)
+
+
+def test_enable_thinking_reaches_the_backends_own_rendering_of_a_request(micro_model_dir: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Designer, hint and validator requests are rendered by the backend: model.enable_thinking gets there too."""
+    import shutil
+
+    from spade_core.llm.base import GenerationRequest
+    from spade_core.llm.hf import TransformersGenerator
+
+    model = tmp_path / "thinking"
+    shutil.copytree(micro_model_dir, model)
+    (model / "chat_template.jinja").write_text(THINKING)
+    request = GenerationRequest(messages=[{"role": "user", "content": "design"}])
+    for enable, empty_think in ((False, True), (None, False)):
+        generator = TransformersGenerator(str(model), device="cpu", dtype="float32", enable_thinking=enable)
+        try:
+            assert ("<think>" in generator.tokenizer.decode(generator.prompt_ids(request))) is empty_think
+        finally:
+            generator.close()

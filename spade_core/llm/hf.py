@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spade_core.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.base import (
     SEED_BOUND,
     CacheSlot,
@@ -125,6 +126,7 @@ class TransformersGenerator:
         dtype: str = "auto",
         batch_size: int = 32,
         threads: int | None = None,
+        enable_thinking: bool | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -145,16 +147,29 @@ class TransformersGenerator:
         self._torch = torch
         self.reuses_cache = can_reuse_cache(self.model)
         self._kept: dict[str, _KeptCache] = {}
+        # model.enable_thinking, passed to a chat template that reads it (as the rollout's own rendering does)
+        self.template_extra = ChatTokens(self.tokenizer, None, template_kwargs(enable_thinking)).extra
 
     @classmethod
     def from_config(cls, model_cfg: Any) -> TransformersGenerator:
-        return cls(model_cfg.name_or_path, model_cfg.device, model_cfg.dtype, model_cfg.batch_size, model_cfg.threads)
+        return cls(
+            model_cfg.name_or_path,
+            model_cfg.device,
+            model_cfg.dtype,
+            model_cfg.batch_size,
+            model_cfg.threads,
+            model_cfg.enable_thinking,
+        )
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         if request.prompt_ids is not None:
             return list(request.prompt_ids)
         ids = self.tokenizer.apply_chat_template(
-            request.messages, add_generation_prompt=True, tokenize=True, tools=request.tools or None
+            request.messages,
+            add_generation_prompt=True,
+            tokenize=True,
+            tools=request.tools or None,
+            **self.template_extra,
         )
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 

@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from spade_core.chat_tokens import template_kwargs
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
 
 MAX_CONCURRENCY = 64
@@ -33,6 +34,7 @@ class OpenAIGenerator:
         timeout_s: float = 120.0,
         max_retries: int = 3,
         check: bool = True,
+        enable_thinking: bool | None = None,
     ) -> None:
         import openai
 
@@ -42,6 +44,8 @@ class OpenAIGenerator:
         self.model = model
         self.model_ref = f"openai:{model}"
         self.max_retries = max_retries
+        # model.enable_thinking, as the server's chat-template variable (vLLM and SGLang read it)
+        self.template_kwargs = template_kwargs(enable_thinking)
         self._openai = openai
         self.client = openai.OpenAI(
             base_url=self.base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=max_retries
@@ -59,6 +63,7 @@ class OpenAIGenerator:
             os.environ.get(model_cfg.api_key_env),
             model_cfg.request_timeout_s,
             model_cfg.max_retries,
+            enable_thinking=model_cfg.enable_thinking,
         )
 
     def check(self) -> None:
@@ -85,8 +90,13 @@ class OpenAIGenerator:
             kwargs["seed"] = request.seed
         if params.logprobs:
             kwargs["logprobs"] = True
+        extra: dict[str, Any] = {}
         if params.top_k:
-            kwargs["extra_body"] = {"top_k": params.top_k}  # vLLM / SGLang sampling extension
+            extra["top_k"] = params.top_k  # vLLM / SGLang sampling extension
+        if self.template_kwargs:
+            extra["chat_template_kwargs"] = self.template_kwargs
+        if extra:
+            kwargs["extra_body"] = extra
         if request.tools:
             kwargs["tools"] = request.tools
         try:

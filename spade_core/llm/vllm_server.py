@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spade_core.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
 from spade_core.llm.embedded import cache_dir, resolve_model
 from spade_core.llm.server_process import ServerProcess, free_port
@@ -153,6 +154,8 @@ class VLLMGenerator:
         self.model_path = resolve_model(model_cfg.name_or_path)
         self.model_ref = f"vllm:{Path(self.model_path).name}"
         self.tokenizer = load_tokenizer(self.model_path)
+        # model.enable_thinking, passed to a chat template that reads it (as the rollout's own rendering does)
+        self.template_extra = ChatTokens(self.tokenizer, None, template_kwargs(model_cfg.enable_thinking)).extra
         self.swaps: list[WeightSwap] = []
         self.restarts = 0  # restarts after the server died while serving
         self._restarting = threading.Lock()  # concurrent requests that find the server dead restart it once
@@ -272,7 +275,11 @@ class VLLMGenerator:
         if request.prompt_ids is not None:
             return list(request.prompt_ids)
         ids = self.tokenizer.apply_chat_template(
-            request.messages, add_generation_prompt=True, tokenize=True, tools=request.tools or None
+            request.messages,
+            add_generation_prompt=True,
+            tokenize=True,
+            tools=request.tools or None,
+            **self.template_extra,
         )
         return [int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)]
 
