@@ -17,6 +17,7 @@ from spade_core.config import load_config
 from spade_core.envs import rlve
 from spade_core.envs.rlve_difficulty import TAU_NUM, Window
 from spade_core.envs.rlve_pool import difficulty_history, rlve_pool
+from spade_core.markers import read_marker
 from spade_core.pipeline.context import GenerationContext
 from spade_core.store import Store
 
@@ -234,6 +235,9 @@ def test_a_tiny_fixed_rlve_run_end_to_end(tmp_path: Path, micro_model_dir: str) 
         "group by all order by gen, env_id",
     )
     assert list(plays["n"]) == [cfg.rollout.plays_no_hint] * 4 and plays["errors"].sum() == 0
+    # no hinted plays: the hint stage asks the model nothing and writes no hint
+    assert query(store, "select count(*) n from hints where run_id = 'rl'")["n"].iloc[0] == 0
+    assert read_marker(store, "rl", 1, "hint").model_calls == 0
     history = difficulty_history(store, "rl")
     assert (
         list(history[["gen", "difficulty", "low", "high"]].itertuples(index=False, name=None))

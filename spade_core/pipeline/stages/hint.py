@@ -135,6 +135,9 @@ def hints(ctx: GenerationContext, envs: pd.DataFrame, generator: Generator) -> p
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
-    frame, counts = hints_and_counts(ctx, ctx.pool(), model)
+    envs = ctx.pool()
+    if ctx.cfg.rollout.plays_hint == 0:  # no hinted play reads them (a fixed baseline): no model call
+        envs = envs.iloc[0:0]
+    frame, counts = hints_and_counts(ctx, envs, model)
     written = ctx.write("hints", frame)
     return {"rows": len(written), **counts}
