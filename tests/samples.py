@@ -122,6 +122,7 @@ ROWS: dict[str, dict[str, Any]] = {
         "learning_rate": 1e-6,
         "tis_weight_mean": 0.98,
         "tis_clipped_fraction": 0.01,
+        **{f"tis_weight_{k}": 0.98 for k in ("min", "p10", "p50", "p90", "max")},
     },
     "train_samples": {  # the first key varies per row in frame(): the source id
         "source_id": "ep1",

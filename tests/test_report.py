@@ -84,6 +84,7 @@ def _train(store: Store, run_id: str, gen: int, roles: tuple[str, ...]) -> None:
             "learning_rate": 1e-6,
             "tis_weight_mean": 1.0,
             "tis_clipped_fraction": 0.0,
+            **{f"tis_weight_{k}": 1.0 for k in ("min", "p10", "p50", "p90", "max")},
         }
         for role in roles
         for step in range(1, 4)
