@@ -249,6 +249,17 @@ class DesignerConfig(_Section):
         "'rlve:official16' / 'rlve:all' / 'rlve:NAME,...' (RLVE's environments under its difficulty controller). "
         "None = SPADE.",
     )
+    rlve_tau_acc: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="RLVE pools: the accuracy at the window's top difficulty that promotes it [0.9, the authors' "
+        "sliding_window].",
+    )
+    rlve_tau_num: int = Field(
+        128, ge=1, description="RLVE pools: plays at the top difficulty before the accuracy is judged [128]."
+    )
+    rlve_d_delta: int = Field(4, ge=1, description="RLVE pools: difficulty levels the window spans [4].")
 
 
 CodeRepair = Literal["fstring_braces", "stdlib_imports"]  # the registry of spade_core/repairs.py

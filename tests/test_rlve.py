@@ -178,10 +178,24 @@ def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> N
     assert rlve_pool(GenerationContext(cfg, store, "r", 2)).equals(second)
 
 
+def test_the_controller_settings_of_the_config_move_the_window() -> None:
+    from spade_core.envs.rlve_difficulty import windows
+    from spade_core.envs.rlve_pool import controller
+
+    cfg = load_config("tiny", overrides=["designer.rlve_tau_num=2", "designer.rlve_d_delta=2"])
+    assert controller(cfg.designer.model_dump()) == {"tau_acc": 0.9, "tau_num": 2, "d_delta": 2}
+    wins = [("Sorting", 0, True)] * 2 + [("Sorting", 1, True)] * 2 + [("Sorting", 2, True)] * 2
+
+    assert windows(["Sorting"], wins, **controller(cfg.designer.model_dump()))["Sorting"] == Window(2, 3)
+    authors = windows(["Sorting"], wins)["Sorting"]  # the authors' 128 plays: no promotion yet
+    assert (authors.low, authors.high) == (0, 0)
+
+
 def test_paper_fixed_rlve_preset_pins() -> None:
     """The authors' cmd/games/train_fixed_rlve_4b.sh, value by value."""
     cfg = load_config("paper-fixed-rlve")
     assert cfg.designer.fixed_pool == "rlve:official16"
+    assert (cfg.designer.rlve_tau_acc, cfg.designer.rlve_tau_num, cfg.designer.rlve_d_delta) == (0.9, 128, 4)
     assert (cfg.model.temperature, cfg.model.top_p, cfg.model.top_k, cfg.model.max_new_tokens) == (1.0, 0.95, 20, 8192)
     assert (cfg.training.global_batch_size, cfg.rollout.plays_no_hint, cfg.rollout.plays_hint) == (256, 16, 0)
     assert (cfg.training.steps_per_generation, cfg.training.beta, cfg.training.learning_rate) == (1, 0.0, 1e-6)

@@ -22,7 +22,7 @@ one step per generation (``training.steps_per_generation: 1``) and a generation 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -73,18 +73,31 @@ def _outcomes(frame: pd.DataFrame) -> list[tuple[str, int, bool]]:
     return played
 
 
+def controller(designer: dict[str, Any]) -> dict[str, Any]:
+    """The sliding-window settings of a config's ``designer`` section (``rlve_*``), as :func:`windows` takes
+    them; a setting the section lacks keeps the authors' value.
+
+    >>> controller({"rlve_tau_num": 8})
+    {'tau_num': 8}
+    """
+    keys = {"rlve_tau_acc": "tau_acc", "rlve_tau_num": "tau_num", "rlve_d_delta": "d_delta"}
+    return {name: designer[key] for key, name in keys.items() if key in designer}
+
+
 def outcomes(store: Store, run_id: str, before_gen: int) -> list[tuple[str, int, bool]]:
     """(name, difficulty, success) of the run's no-hint RLVE plays before ``before_gen``, in play order;
     error rows are left out, success is return > 0 (the authors' reward > 0)."""
     return _outcomes(_plays(store, run_id, before_gen))
 
 
-def difficulty_history(store: Store, run_id: str) -> pd.DataFrame:
+def difficulty_history(store: Store, run_id: str, settings: dict[str, Any] | None = None) -> pd.DataFrame:
     """Per generation and RLVE environment of a run: the difficulty its plays used (from the pool table) and
     the controller's window ``[low, high]`` it was drawn from (refolded from the plays before it).
 
-    Columns: gen, name, difficulty, low, high; empty for a run without RLVE pools.
+    Columns: gen, name, difficulty, low, high; empty for a run without RLVE pools. ``settings``: the run's
+    controller settings (:func:`controller`; default: the authors').
     """
+    settings = settings or {}
     pool = query(
         store,
         "select gen, env_id from pool where run_id = ? and source = ? and starts_with(env_id, 'rlve:') "
@@ -98,13 +111,13 @@ def difficulty_history(store: Store, run_id: str) -> pd.DataFrame:
     pool = pool.assign(name=[p[0] if p else None for p in parsed], difficulty=[p[1] if p else None for p in parsed])
     names = tuple(dict.fromkeys(pool["name"].dropna()))
     plays = _plays(store, run_id, int(pool["gen"].max()) + 1)
-    state = windows(names, [])
+    state = windows(names, [], **settings)
     history = []
     for gen, group in pool.groupby("gen", sort=True):
         for row in group.dropna(subset=["name"]).itertuples():
             window = state[str(row.name)]
             history.append((int(gen), row.name, int(row.difficulty), window.low, window.high))
-        state = windows(names, _outcomes(plays[plays["gen"] == gen]), start=state)
+        state = windows(names, _outcomes(plays[plays["gen"] == gen]), start=state, **settings)
     return pd.DataFrame(history, columns=columns)
 
 
@@ -133,5 +146,5 @@ def rlve_pool(ctx: GenerationContext) -> pd.DataFrame:
     """This generation's RLVE pool; an unknown name is a :class:`~spade_core.envs.rlve.RlveNameError`
     before anything is written."""
     names = rlve.resolve(ctx.cfg.designer.fixed_pool or "")
-    state = windows(names, outcomes(ctx.store, ctx.run_id, ctx.gen))
+    state = windows(names, outcomes(ctx.store, ctx.run_id, ctx.gen), **controller(ctx.cfg.designer.model_dump()))
     return rows(names, state, f"{ctx.cfg.seed}:{ctx.run_id}:{ctx.gen}")

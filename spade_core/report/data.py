@@ -184,11 +184,12 @@ def difficulty_table(store: Store, run_ids: list[str], ks: list[int]) -> pd.Data
     """:data:`DIFFICULTY_COLUMNS` of those of ``run_ids`` (with their K, ``ks``) that played RLVE pools
     (:func:`spade_core.envs.rlve_pool.difficulty_history`); ``step`` = the training step the generation's
     plays came before, (gen − 1) · K."""
-    from spade_core.envs.rlve_pool import difficulty_history
+    from spade_core.envs.rlve_pool import controller, difficulty_history
 
     frames = []
     for run_id, k in zip(run_ids, ks, strict=True):
-        history = difficulty_history(store, run_id)
+        designer = read_config(store, run_id)[1].get("designer")
+        history = difficulty_history(store, run_id, controller(designer if isinstance(designer, dict) else {}))
         if not history.empty:
             frames.append(history.assign(run_id=run_id, step=(history["gen"] - 1) * k))
     if not frames:
