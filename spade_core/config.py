@@ -603,6 +603,12 @@ class TrainingConfig(_Section):
     designer_fraction: float = Field(
         0.5, ge=0, le=1, description="Cap on the designer's share of the batch (0 = agent only, 1 = designer only)."
     )
+    roles: Literal["both", "designer"] = Field(
+        "both",
+        description="Which role's samples are trained: 'both', or 'designer' alone with the agent frozen: every "
+        "stage but the design stages (plays, hints, validator judgements, evals) keeps the base weights "
+        "(checkpoint 0), since one model's weights serve both roles and the designer's updates move them.",
+    )
     lora: bool = Field(False, description="Train a LoRA adapter instead of all weights.")
     lora_r: int = Field(8, ge=1, description="LoRA rank.")
     accelerate_config: str | None = Field(None, description="File under data/accelerate/ (None = single process).")

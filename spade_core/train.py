@@ -92,6 +92,8 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     designer = designer_samples(due, tokenizer, enable_thinking=cfg.model.enable_thinking)
     skill_of = dict(zip(pool["env_id"], pool["skill"], strict=True))
     agent = [_with_skill(s, skill_of.get(s.env_id or "")) for s in agent]
+    if cfg.training.roles == "designer":  # the agent frozen: its plays score designs, never train
+        agent, skipped = [], 0
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
     return make_batch(mixed, skipped_episodes=skipped, size=cfg.training.global_batch_size)
 

@@ -164,6 +164,17 @@ def _generates(path: str) -> str:
     return text
 
 
+def test_with_the_agent_frozen_the_batch_holds_only_the_designers_samples(  # type: ignore[no-untyped-def]
+    generation_frames, tiny_generator, tmp_path
+) -> None:
+    store = Store(str(tmp_path))
+    _store_generation(store, generation_frames)
+    both = build_batch(_cfg(str(tmp_path)), store, RUN, GEN, 0, tiny_generator.tokenizer)
+    alone = build_batch(_cfg(str(tmp_path), "training.roles=designer"), store, RUN, GEN, 0, tiny_generator.tokenizer)
+    assert len(both.samples(AGENT)) == 4 and len(both.samples(DESIGNER)) == 1
+    assert alone.samples(AGENT) == [] and alone.samples(DESIGNER) == both.samples(DESIGNER)
+
+
 def test_loss_mask_covers_exactly_the_agent_tokens(generation_frames, tiny_generator, tmp_path) -> None:  # type: ignore[no-untyped-def]
     store = Store(str(tmp_path))
     _store_generation(store, generation_frames)

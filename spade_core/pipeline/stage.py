@@ -289,7 +289,15 @@ def target_step(cfg: SpadeConfig, gen: int, stage: Stage) -> int:
     [4, 4, 5, 6]
     >>> target_step(cfg, 2, Stage("hint", always)), target_step(cfg, 2, Stage("train", always, step=3))
     (4, 7)
+
+    With ``training.roles: designer`` the agent is frozen: a stage that writes no designs uses checkpoint 0.
+
+    >>> cfg.training.roles = "designer"
+    >>> target_step(cfg, 2, Stage("hint", always)), target_step(cfg, 2, Stage("design", always, writes=("designs",)))
+    (0, 4)
     """
+    if getattr(cfg.training, "roles", "both") == "designer" and "designs" not in stage.writes:
+        return 0
     first = first_step(cfg, gen)
     if stage.step is None:
         return first
