@@ -109,11 +109,14 @@ def kill_with_two_generations_in_flight(
 ASYNC_STEPS = 5  # steps per generation of the two-generations-in-flight runs
 
 
-def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str | None = None) -> None:
+def async_kill_and_resume(
+    tmp_path: Path, model: str, root: str, endpoint: str | None = None, steps: int = ASYNC_STEPS
+) -> None:
     """Two generations in flight (generation 2's design chain beside generation 1's steps), SIGKILL, then
     ``spade resume`` and the same ``spade run`` again: nothing lost, nothing duplicated, every stage that
     had finished (of both generations) reused, never redone. ``model``: the micro model (what is tested is
-    what the store keeps across a kill, not what the model writes)."""
+    what the store keeps across a kill, not what the model writes). ``steps``: generation 1's steps, enough
+    to keep it busy until generation 2's chain has written its first marker."""
     run_id = "overlap"
     env = spade_env(tmp_path, {"AWS_ENDPOINT_URL": endpoint} if endpoint else None)
     store = Store(root, endpoint_url=endpoint)
@@ -121,7 +124,7 @@ def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str |
     # with three, a loaded machine could finish them before generation 2's first stage.
     overrides = [
         *OVERRIDES[:-1],
-        f"training.steps_per_generation={ASYNC_STEPS}",
+        f"training.steps_per_generation={steps}",
         "orchestration.async_generations=true",
         f"model.name_or_path={model}",
     ]
@@ -175,11 +178,11 @@ def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str |
             [run_id, gen],
         ).iloc[0]  # fmt: skip
         # Step 0: 2 no-hint + 2 hinted plays per environment; every later step: 2 no-hint plays each.
-        per_env = 4 + 2 * (ASYNC_STEPS - 1)
+        per_env = 4 + 2 * (steps - 1)
         assert played.n == per_env * played.envs, f"gen {gen}: {played.n} plays of {played.envs} environments"
     # The chain of generation 2 ran on the newest checkpoint at its start: recorded on its rows.
-    steps = query(store, "select distinct policy_step from designs where run_id = ? and gen = 2", [run_id])
-    assert set(steps["policy_step"]) <= set(range(ASYNC_STEPS + 1))
+    used = query(store, "select distinct policy_step from designs where run_id = ? and gen = 2", [run_id])
+    assert set(used["policy_step"]) <= set(range(steps + 1))
     final = subprocess.run(
         spade_command("status", run_id, "--store", root), cwd=REPO, env=env, capture_output=True, text=True
     )
@@ -189,4 +192,5 @@ def async_kill_and_resume(tmp_path: Path, model: str, root: str, endpoint: str |
 def test_kill_with_two_generations_in_flight_then_resume_on_the_local_store(
     tmp_path: Path, micro_model_dir: str
 ) -> None:
-    async_kill_and_resume(tmp_path, micro_model_dir, str(tmp_path / "store"))
+    # ten steps: on a quiet machine five plays-only steps could end before generation 2's chain started
+    async_kill_and_resume(tmp_path, micro_model_dir, str(tmp_path / "store"), steps=10)
