@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
-from spade_core.markers import list_markers
+from spade_core.markers import list_markers, listed_files
 from spade_core.pipeline.run_config import load_run_config
 from spade_core.store import Store
 
@@ -47,11 +47,11 @@ def marked_rows(store: Store, table: str, runs: list[str]) -> pd.DataFrame:
     """The rows of ``table`` in the files the markers of ``runs`` list: a file written into a partition
     around the pipeline (or under a run outside ``runs``) is not read."""
     files = {
-        store.confine(path)
+        path
         for run in runs
-        for records in list_markers(store, run).values()
+        for gen, records in list_markers(store, run).items()
         for record in records.values()
-        for path in record.files.get(table, [])
+        for path in listed_files(store, run, gen, record.stage, table, record=record) or []
     }
     return store.read_files(table, sorted(files))
 

@@ -272,16 +272,12 @@ class Memory:
                 frame = store.read_files("memory", files)
                 if not frame.empty:
                     return cls.from_frame(frame, cfg)
-        snapshots = {
-            g: files
-            for g, records in list_markers(store, run_id).items()
-            if (gen is None or g <= gen) and STAGE in records
-            for files in [[store.confine(p) for p in records[STAGE].files.get("memory", [])]]
-            if files
-        }
-        for g in sorted(snapshots, reverse=True):
-            frame = store.read_files("memory", snapshots[g])
-            if not frame.empty:
+        markers = list_markers(store, run_id)
+        for g in sorted((g for g in markers if gen is None or g <= gen), reverse=True):
+            record = markers[g].get(STAGE)
+            files = listed_files(store, run_id, g, STAGE, "memory", record=record) if record else None
+            frame = store.read_files("memory", files) if files else None
+            if frame is not None and not frame.empty:
                 return cls.from_frame(frame, cfg)
         return cls.initial(cfg)
 

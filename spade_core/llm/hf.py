@@ -41,7 +41,7 @@ from spade_core.llm.base import (
     GenerationRequest,
     ModelError,
     SamplingParams,
-    request_seed,
+    seeded,
 )
 from spade_core.llm.embedded import resolve_model
 from spade_core.threads import use_threads
@@ -221,9 +221,8 @@ class TransformersGenerator:
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
         rows = [self._row(r) for r in requests]
-        for i, (row, request) in enumerate(zip(rows, requests, strict=True)):
-            seed = request_seed(request.seed, params.seed, i)
-            row.seed = seed if seed is not None else random.SystemRandom().randrange(SEED_BOUND)
+        for row, request in zip(rows, seeded(requests, params), strict=True):
+            row.seed = request.seed if request.seed is not None else random.SystemRandom().randrange(SEED_BOUND)
         for batch in batches(rows, self.batch_size):
             for i, completion in zip(batch, self._generate_batch([rows[i] for i in batch], params), strict=True):
                 out[i] = completion

@@ -204,9 +204,12 @@ class VLLMGenerator:
 
     def _served(self, model_path: str) -> str:
         """The directory the engine loads for ``model_path``: on a CPU, a tied-embedding checkpoint's untied
-        view (built afresh), else the checkpoint itself."""
+        view (built once per checkpoint this engine serves: a checkpoint directory is written once), else the
+        checkpoint itself."""
         if not (self.on_cpu and ties_embeddings(model_path)):
             return model_path
+        if model_path in self._views and Path(self._views[model_path]).is_dir():
+            return self._views[model_path]
         view = untied_view(model_path, cache_dir() / "vllm" / "views")
         if view is None:
             return model_path
