@@ -4,7 +4,7 @@ Runs ``spade run --generations N`` (the real Prefect flow, in a subprocess with 
 server and a fresh store) twice on the ``tiny`` preset with K = 2: once with
 ``orchestration.async_generations=false``, once with ``true`` (generation g+1's design chain starts when
 generation g's memory is written and runs beside g's training steps). From each run's stage markers
-(``spade_core.timeline``) it prints the stage timeline's totals and, as its last line,
+(``spade_core.report.timeline``) it prints the stage timeline's totals and, as its last line,
 
     overlap=X wall_ratio=Y max_staleness_seen=Z
 
@@ -36,10 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from spade_core.catalog import query
-from spade_core.markers import list_markers
-from spade_core.store import Store
-from spade_core.timeline import overlap_fraction, saved_seconds_with_own_devices, stage_timeline
+from spade_core.report.timeline import overlap_fraction, saved_seconds_with_own_devices, stage_timeline
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.markers import list_markers
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = "bench"

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import psutil
 
-from spade_core.markers import list_markers
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import list_markers
 
 SPADE = str(Path(sys.executable).parent / "spade")
 

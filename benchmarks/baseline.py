@@ -45,13 +45,13 @@ import time
 
 import pandas as pd
 
-from spade_core.checkpoints import model_path_for_checkpoint, newest_checkpoint_at_or_below
 from spade_core.config import SpadeConfig, load_config
 from spade_core.envs.rlve import resolve
 from spade_core.eval import evaluate
 from spade_core.llm import make_generator
 from spade_core.pipeline.local import run_run
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import model_path_for_checkpoint, newest_checkpoint_at_or_below
 
 T0 = time.perf_counter()
 

@@ -46,11 +46,11 @@ def child(store_root: str) -> dict[str, float]:
     """Run the stages up to step 0's plays in this process; their seconds by stage name."""
     from spade_core.config import load_config
     from spade_core.llm.hf import TransformersGenerator
-    from spade_core.markers import list_markers
     from spade_core.pipeline.local import run_generation
     from spade_core.pipeline.registry import stages_for
     from spade_core.pipeline.stage import fixed_lease
-    from spade_core.store import Store
+    from spade_core.store.artifacts import Store
+    from spade_core.store.markers import list_markers
 
     # The checkpoint's own preset (the cwd is its root): an older checkout may not know a newer preset's keys.
     preset = Path.cwd() / "data" / "configs" / "tiny.yaml"

@@ -44,14 +44,14 @@ SUMMARY_PREFIX = "valid="
 
 def design_round(cfg: Any, generator: Any, store_root: str) -> list[dict[str, Any]]:
     """One generation-1 design round of ``cfg``: one record per design attempt (skill, reply, verdict)."""
-    from spade_core.corpus import sample_documents
-    from spade_core.memory import Memory
-    from spade_core.mutation import parent_codes
+    from spade_core.designer.corpus import sample_documents
+    from spade_core.designer.memory import Memory
+    from spade_core.designer.mutation import parent_codes
     from spade_core.pipeline.context import GenerationContext
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.novelty import parent_rows
     from spade_core.pipeline.stages.validate import validation_rows
-    from spade_core.store import Store
+    from spade_core.store.artifacts import Store
 
     ctx = GenerationContext(cfg, Store(store_root), RUN, 1)
     corpus = cfg.corpus

@@ -4,7 +4,7 @@ The run is the real pipeline (``spade_core.pipeline.local.run_generation``) on t
 ``designer.fixed_pool=starters`` (no designer: the pool is ``data/starter_envs/``) and one generation of
 K = N steps (``training.steps_per_generation``): every step plays the pool afresh with the newest
 checkpoint (``rollout.plays_no_hint`` plays per environment, each on a fresh seed from ``play_seed``),
-then makes one GRPO optimizer step (``accelerate launch -m spade_core.train``) that writes the next
+then makes one GRPO optimizer step (``accelerate launch -m spade_core.train.step``) that writes the next
 checkpoint. Only the learning settings differ from ``tiny``: a learning rate a 135M model moves at in a
 few steps, a group of plays per environment large enough to carry a z-scored advantage, and no hinted
 plays (nothing here needs regret). ``--set key=value`` changes anything else.
@@ -43,14 +43,14 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from spade_core.checkpoints import model_cfg_for_step, newest_checkpoint_at_or_below, read_marker
 from spade_core.config import SpadeConfig, load_config
 from spade_core.envs.seeds import SeedEnv, load_starter_envs
 from spade_core.llm import make_generator
 from spade_core.llm.base import Generator
 from spade_core.pipeline.local import run_generation
-from spade_core.rollout import EpisodeSpec, RolloutEngine
-from spade_core.store import Store
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import model_cfg_for_step, newest_checkpoint_at_or_below, read_marker
 
 RUN = "learning"
 EVAL_SEED_BASE = 2**32  # play_seed() draws from [0, 2**32): evaluation seeds never collide with training seeds

@@ -29,9 +29,9 @@ import time
 # benchmarks/sandbox.py would shadow the sandbox package: import the project, not this folder.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
-from spade_core.markers import StageRecord
 from spade_core.pipeline import verify
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord
 
 
 def _store_with(store: Store, name: str, sizes: list[int]) -> StageRecord:

@@ -36,7 +36,7 @@ from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
 from spade_core.llm.hf import TransformersGenerator
-from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 
 class Recorder:

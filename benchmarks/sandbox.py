@@ -21,7 +21,7 @@ from sandbox.policy import RUNTIME_SRC, resolve_cgroups
 from sandbox.session import EnvSession, run_parallel
 from spade_core.config import ValidationConfig
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.validate import validate_code
+from spade_core.envs.validate import validate_code
 
 
 def pct(values: list[float], q: float) -> float:

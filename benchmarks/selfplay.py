@@ -47,14 +47,14 @@ import threading
 import time
 from typing import Any
 
-from spade_core.catalog import query
 from spade_core.config import SpadeConfig, load_config
-from spade_core.markers import StageRecord, list_markers
 from spade_core.pipeline.local import run_run
 from spade_core.pipeline.runner import Watcher
 from spade_core.pipeline.stage import Stage
-from spade_core.store import Store
-from spade_core.verdicts import final_verdicts
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.markers import StageRecord, list_markers
+from spade_core.store.verdicts import final_verdicts
 
 RUNS = {"trained": "selfplay", "ablation": "selfplay-ablation"}
 BAND = (0.15, 0.85)

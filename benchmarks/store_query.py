@@ -21,8 +21,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from spade_core.catalog import connect
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import connect
 
 QUERIES = {
     "rows and mean return per run/generation": (

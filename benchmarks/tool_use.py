@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sandbox.session import EnvSession
 from spade_core.config import RolloutConfig
+from spade_core.designer.llm_validator import judge
 from spade_core.envs.contract import env_id_for, split_actions
 from spade_core.envs.seeds import load_multiturn_envs
 from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
 from spade_core.llm.hf import TransformersGenerator
-from spade_core.llm_validator import judge
-from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 
 class Script:

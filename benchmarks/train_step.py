@@ -33,9 +33,9 @@ from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import SamplingParams
 from spade_core.llm.hf import TransformersGenerator
-from spade_core.rollout import EpisodeSpec, RolloutEngine
-from spade_core.store import Store
-from spade_core.train_launch import launch_training
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store.artifacts import Store
+from spade_core.train.launch import launch_training
 
 RUN = "bench"
 

@@ -2,7 +2,7 @@
 
 It runs the stage registry (:data:`spade_core.pipeline.registry.STAGES`) through the same runner as the
 local one (:mod:`spade_core.pipeline.runner`), submitting each stage and shard as a Prefect task. Each
-task returns a small :class:`~spade_core.markers.StageRecord`; the data stays in the store. The
+task returns a small :class:`~spade_core.store.markers.StageRecord`; the data stays in the store. The
 flow runs under the run's task runner (``orchestration.task_runner``), chosen by the caller through
 ``with_options`` — which is why ``spade`` calls this as a subflow.
 """
@@ -16,13 +16,13 @@ from prefect import flow
 
 from flows.report import Reporter, publish_summary
 from spade_core.config import SpadeConfig
-from spade_core.markers import StageRecord
 from spade_core.pipeline.leases import device_turn, release_models
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.runner import Result, Watcher, run_generation_stages
 from spade_core.pipeline.stage import Stage
 from spade_core.report.summary import generation_summary
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord
 from tasks.stages import finish_task_for, task_for
 
 

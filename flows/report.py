@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
-from spade_core.markers import StageRecord
 from spade_core.report.summary import summary_markdown, top_environments
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,13 @@ from prefect import flow, get_run_logger
 from flows.generation import design_chain, generation
 from flows.runners import task_runner_for
 from spade_core.config import ConfigError, SpadeConfig
-from spade_core.devices import use_generation_devices
+from spade_core.eval import evaluate_checkpoint
 from spade_core.pipeline.run_config import bind_run_config, flow_config
 from spade_core.pipeline.runner import run_generations
 from spade_core.pipeline.status import generation_complete, next_generation
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import checkpoint_complete
+from spade_core.train.devices import use_generation_devices
 
 
 def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, Any]:
@@ -102,8 +104,6 @@ def spade_eval(
 ) -> dict[str, Any]:
     """Evaluate checkpoints of a run (default: the base model, gen 0, and every complete checkpoint) on the
     held-out suites; writes the ``evals`` table."""
-    from spade_core.checkpoints import checkpoint_complete
-    from spade_core.eval import evaluate_checkpoint
 
     logger = get_run_logger()
     cfg = flow_config(run_id, None, None, store)

@@ -43,6 +43,7 @@ from sandbox.policy import (
     resolve_cgroups,
     write_private_config,
 )
+from sandbox.session import run_parallel
 
 HARNESS = Path(__file__).resolve().parent / "runtime" / "run_program.py"
 ONESHOT_LIMITS = JailLimits(
@@ -195,7 +196,6 @@ def run_programs(
     workers: int = 2,
 ) -> list[ProgramResult]:
     """:func:`run_program` over many programs, ``workers`` jails at once, in input order."""
-    from sandbox.session import run_parallel
 
     payloads = list(zip(sources, inputs if inputs is not None else [None] * len(sources), strict=True))
     return run_parallel(lambda p: run_program(p[0], input=p[1], limits=limits, binds=binds), payloads, workers)

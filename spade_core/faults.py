@@ -90,7 +90,7 @@ def _describe(exc: BaseException) -> str | None:
         what, advice = _ERRNO_ADVICE[exc.errno]
         verb = "writing" if exc.errno in _WRITING else "on"
         where = f" {verb} {exc.filename}" if exc.filename else ""
-        endpoint = getattr(exc, "endpoint", None)  # an S3 store's error (spade_core.fs)
+        endpoint = getattr(exc, "endpoint", None)  # an S3 store's error (spade_core.store.fs)
         return f"{what}{where}{f' at {endpoint}' if endpoint else ''}; {advice}"
     return _describe_other(exc)
 
@@ -110,7 +110,7 @@ _S3_CODE = re.compile(r"An error occurred \((?P<code>[^)]+)\) when calling the (
 
 def s3_error_line(exc: OSError) -> str:
     """The one line for an S3 request that failed after the retries: the S3 answer, the object, the endpoint
-    (:func:`spade_core.fs.s3_filesystem` puts the last two on the error), and what to do.
+    (:func:`spade_core.store.fs.s3_filesystem` puts the last two on the error), and what to do.
 
     >>> err = OSError(5, "An error occurred (ServiceUnavailable) when calling the GetObject operation: Please "
     ...     "reduce your request rate.")

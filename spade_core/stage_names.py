@@ -2,7 +2,7 @@
 
 Kept apart from the registry so that a stage module can name another stage's files without importing the
 registry (which imports every stage module), and outside :mod:`spade_core.pipeline` so that the trainer
-subprocess (:mod:`spade_core.train`) names the files of its step without importing the pipeline. The
+subprocess (:mod:`spade_core.train.step`) names the files of its step without importing the pipeline. The
 registry checks that its per-step declarations match.
 """
 

@@ -18,12 +18,12 @@ from prefect.tasks import exponential_backoff
 
 from spade_core.config import SpadeConfig
 from spade_core.faults import permanent
-from spade_core.markers import StageRecord
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.leases import lease_for
 from spade_core.pipeline.registry import stage as stage_named
 from spade_core.pipeline.stage import Stage, execute, finish
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord
 
 
 def _context(cfg: SpadeConfig, run_id: str, gen: int) -> GenerationContext:

@@ -166,7 +166,7 @@ def frame(table: str, n: int = 2) -> pd.DataFrame:
 def write_stage(store: Any, run_id: str, gen: int, stage: str, tables: dict[str, pd.DataFrame]) -> Any:
     """Write ``tables`` as stage ``stage``'s files of generation ``gen`` and its marker listing them, as a
     finished stage leaves them (readers take the files a marker lists). Returns the marker's record."""
-    from spade_core.markers import StageRecord, write_marker
+    from spade_core.store.markers import StageRecord, write_marker
 
     written = [store.write_table(t, f, run_id=run_id, gen=gen, stage=stage) for t, f in tables.items()]
     record = StageRecord(
@@ -209,12 +209,12 @@ def validated_generation(tmp_path: Any, model: Any, run_id: str, *overrides: str
     documents, design and validate (shard 0, one attempt per prompt), ``model`` writing whole modules
     (``designer.mode=write``) as the designs (and judging them where the config asks); returns its context."""
     from spade_core.config import load_config
-    from spade_core.memory import Memory
+    from spade_core.designer.memory import Memory
     from spade_core.pipeline.context import GenerationContext
     from spade_core.pipeline.stages import documents
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.validate import validate_shard
-    from spade_core.store import Store
+    from spade_core.store.artifacts import Store
 
     base = ["designer.mode=write", "designer.max_attempts=1", "memory.report_diversity=false", f"store.root={tmp_path}"]
     ctx = GenerationContext(load_config("tiny", overrides=[*base, *overrides]), Store(str(tmp_path)), run_id, 1)
@@ -227,7 +227,7 @@ def validated_generation(tmp_path: Any, model: Any, run_id: str, *overrides: str
 def designed_and_checked(ctx: Any, designer: Any) -> None:
     """Documents, design (a seeded memory), validate (shard 0, ``designer`` writing any retries) and novelty
     of ``ctx``'s generation, each as its stage."""
-    from spade_core.memory import Memory
+    from spade_core.designer.memory import Memory
     from spade_core.pipeline.stages import documents, novelty
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.validate import validate_shard

@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spade_core import corpus
 from spade_core.cachedir import CacheBuildError, build_once
-from spade_core.corpus import CorpusError, build_corpus, document_id, sample_documents
-from spade_core.schemas import to_arrow
+from spade_core.designer import corpus
+from spade_core.designer.corpus import CorpusError, build_corpus, document_id, sample_documents
+from spade_core.store.schemas import to_arrow
 
 N_DOCS = 60
 
@@ -94,7 +94,7 @@ def test_same_seed_same_documents_in_another_process(tmp_path: Path) -> None:
     source = _write_parquet(tmp_path / "docs.parquet", _docs())
     here = sample_documents(source, 8, seed=5, max_words=100)["doc_id"].tolist()
     code = (
-        "import json, sys; from spade_core.corpus import sample_documents; "
+        "import json, sys; from spade_core.designer.corpus import sample_documents; "
         "print(json.dumps(sample_documents(sys.argv[1], 8, seed=5, max_words=100)['doc_id'].tolist()))"
     )
     out = subprocess.run([sys.executable, "-c", code, source], capture_output=True, text=True, check=True).stdout
@@ -267,7 +267,7 @@ def test_embedded_corpus_without_its_package_says_what_to_install(monkeypatch: p
 
 _CONVERT_ONCE = """
 import pathlib, sys, time
-import spade_core.corpus as c
+import spade_core.designer.corpus as c
 convert = c.convert_embedded
 c.convert_embedded = lambda source, target: print("converted", flush=True) or convert(source, target)
 work = pathlib.Path(sys.argv[1])

@@ -9,14 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from spade_core.checkpoints import MARKER
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext, UndeclaredTable
 from spade_core.pipeline.registry import STAGES, stage
 from spade_core.pipeline.stage import Stage, execute
 from spade_core.pipeline.verify import file_problems
-from spade_core.schemas import SCHEMAS
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import MARKER
+from spade_core.store.schemas import SCHEMAS
 
 
 def _ctx(tmp_path: Path, *overrides: str) -> GenerationContext:

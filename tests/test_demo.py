@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from spade_core.catalog import query
 from spade_core.cli import app
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig
-from spade_core.design import (
+from spade_core.designer.design import (
     contract_sections,
     design_messages,
     design_row,
@@ -15,9 +15,9 @@ from spade_core.design import (
     repair_messages,
     skills_for_generation,
 )
+from spade_core.designer.memory import MemoryEntry
 from spade_core.envs.contract import CONTRACT, env_id_for
-from spade_core.hints import clean_hint, hint_messages, leaks_solution
-from spade_core.memory import MemoryEntry
+from spade_core.play.hints import clean_hint, hint_messages, leaks_solution
 
 ENV = (
     "import random\n\nclass E:\n    def reset(self, seed=None):\n        return 'x', {}\n\n"

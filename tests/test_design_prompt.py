@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, MemoryConfig, load_config
-from spade_core.design import (
+from spade_core.designer.design import (
     REPLY_FORMAT,
     contract_sections,
     design_messages,
@@ -22,10 +22,10 @@ from spade_core.design import (
     skills_for_generation,
     truncate_document,
 )
+from spade_core.designer.memory import Memory, MemoryEntry
 from spade_core.envs.contract import CONTRACT
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.memory import Memory, MemoryEntry
-from spade_core.validate import validate_code
+from spade_core.envs.validate import validate_code
 
 FENCED = re.compile(r"```python\n(.*?)```", re.S)
 

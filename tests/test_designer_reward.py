@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spade_core import designer_reward, learning_potential
 from spade_core.config import ScoringConfig
-from spade_core.designer_reward import (
+from spade_core.method import designer_reward, learning_potential
+from spade_core.method.designer_reward import (
     OUTPUT_COLUMNS,
     VARIANTS,
     WINDOW_COLUMNS,
@@ -28,7 +28,7 @@ from spade_core.designer_reward import (
     raw_reward,
     window_inputs,
 )
-from spade_core.learning_potential import (
+from spade_core.method.learning_potential import (
     LP_STATE_COLUMNS,
     LearningPotentialState,
     SkillEMA,
@@ -36,7 +36,7 @@ from spade_core.learning_potential import (
     learning_potential_update,
     skill_window_means,
 )
-from spade_core.scoring import ScoringError, plateau
+from spade_core.method.scoring import ScoringError, plateau
 
 CFG = ScoringConfig()
 

@@ -11,8 +11,8 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from spade_core.cli import app
-from spade_core.schemas import SCHEMAS
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.schemas import SCHEMAS
 
 runner = CliRunner()
 

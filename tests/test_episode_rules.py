@@ -10,7 +10,7 @@ from agents import Scripted
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import SamplingParams
-from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 

@@ -25,8 +25,8 @@ from spade_core.eval import (
 from spade_core.eval.bfcl import system_prompt
 from spade_core.eval.runner import COLUMNS, evaluate_suite
 from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
-from spade_core.schemas import to_arrow
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.schemas import to_arrow
 
 
 @dataclass

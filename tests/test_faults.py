@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spade_core.faults import fault_line, permanent
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
 
 REPO = Path(__file__).resolve().parent.parent
 

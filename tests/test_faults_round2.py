@@ -17,10 +17,10 @@ from test_verify import _generation, _rerun
 from typer.testing import CliRunner
 
 from spade_core.cli import app
-from spade_core.markers import StageRecord, list_markers, marker_path, read_marker
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.status import generation_stages, next_generation
-from spade_core.store import Store, StoreError
+from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.markers import StageRecord, list_markers, marker_path, read_marker
 
 runner = CliRunner()
 
@@ -165,7 +165,7 @@ def test_a_marker_cut_to_half_its_size_is_listed_as_damaged_by_every_command(tmp
 def test_a_damaged_marker_is_run_again_without_repair(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ctx, records = _generation(str(tmp_path))
     path = _cut_marker(ctx, records[0])
-    with caplog.at_level(logging.WARNING, logger="spade_core.markers"):
+    with caplog.at_level(logging.WARNING, logger="spade_core.store.markers"):
         statuses = _rerun(ctx, records)
     assert statuses == ["ran"] + ["reused"] * (len(records) - 1)
     assert f"{path} is not a valid stage marker" in caplog.text
@@ -395,7 +395,7 @@ _SIZE = 3
 
 
 def _parameter_failure(parent: str | None, reply: str, max_items: int = 1000) -> tuple[str, str]:
-    from spade_core.parameters import ParameterError, make_variant
+    from spade_core.designer.parameters import ParameterError, make_variant
 
     with pytest.raises(ParameterError) as caught:
         make_variant(parent, reply, max_items)
@@ -403,7 +403,7 @@ def _parameter_failure(parent: str | None, reply: str, max_items: int = 1000) ->
 
 
 def test_a_reply_with_a_3580_digit_hex_integer_is_an_error_row_not_a_crash() -> None:
-    from spade_core.design import design_row
+    from spade_core.designer.design import design_row
 
     reply = "```python\n_SIZE = 0x" + "f" * 3580 + "\n```"
     assert _parameter_failure(PARENT, reply) == ("parameters_too_large", "an integer of 14320 bits (at most 1024)")
@@ -433,7 +433,7 @@ def test_a_reply_with_a_huge_list_is_refused_before_it_is_built() -> None:
     assert time.perf_counter() - started < 5
     # The bound comes from the config: 3 items allowed, 4 refused.
     assert _parameter_failure(PARENT, "_WORDS = ['a', 'b', 'c', 'd']", max_items=3)[0] == "parameters_too_large"
-    from spade_core.parameters import make_variant
+    from spade_core.designer.parameters import make_variant
 
     assert "_WORDS = ['a', 'b', 'c']" in make_variant(PARENT, "_WORDS = ['a', 'b', 'c']", 3)
 
@@ -441,7 +441,7 @@ def test_a_reply_with_a_huge_list_is_refused_before_it_is_built() -> None:
 def test_48_kb_of_statement_like_lines_parse_in_linear_time() -> None:
     import time
 
-    from spade_core.parameters import parse_parameters
+    from spade_core.designer.parameters import parse_parameters
 
     def seconds(n: int) -> float:
         started = time.perf_counter()
@@ -454,7 +454,7 @@ def test_48_kb_of_statement_like_lines_parse_in_linear_time() -> None:
 
 @pytest.mark.parametrize("breaker", ["\x0c", "\u2028", "\x1c", "\x85"])
 def test_a_parent_comment_with_an_exotic_line_break_gets_the_edit_in_place(breaker: str) -> None:
-    from spade_core.parameters import make_variant, parameters_of
+    from spade_core.designer.parameters import make_variant, parameters_of
 
     parent = PARENT.replace("import random\n", f"import random\n# a note{breaker}that goes on\n")
     variant = make_variant(parent, "_WORDS = ['river', 'delta']")
@@ -465,7 +465,7 @@ def test_a_parent_comment_with_an_exotic_line_break_gets_the_edit_in_place(break
 def test_a_parent_docstring_paragraph_ending_in_a_quote_gives_a_variant_that_parses() -> None:
     import ast
 
-    from spade_core.parameters import make_variant
+    from spade_core.designer.parameters import make_variant
 
     parent = PARENT.replace("Find the word.", 'Find the "word"')
     variant = make_variant(parent, "_SIZE = 5")
@@ -475,7 +475,7 @@ def test_a_parent_docstring_paragraph_ending_in_a_quote_gives_a_variant_that_par
 
 
 def test_a_repair_whose_parent_is_unknown_is_an_error_row_not_a_whole_module() -> None:
-    from spade_core.design import design_row
+    from spade_core.designer.design import design_row
 
     module = "```python\nclass Env:\n    def reset(self, seed=None): ...\n    def step(self, action): ...\n```"
     row = design_row(
@@ -560,7 +560,7 @@ def test_a_designs_row_written_under_another_run_cannot_graft_a_parent_onto_a_li
     from samples import design_row as sample_design
     from samples import write_stage
 
-    from spade_core.lineage import lineage
+    from spade_core.report.lineage import lineage
 
     store = Store(str(tmp_path))
     own = {**sample_design("class E: ...", "d1", "e1"), "parent_env_id": None}
@@ -584,8 +584,8 @@ def test_a_lineage_follows_the_run_its_config_names_as_its_fixed_pool(tmp_path: 
     from samples import write_stage
 
     from spade_core.config import load_config
-    from spade_core.lineage import lineage
     from spade_core.pipeline.run_config import bind_run_config
+    from spade_core.report.lineage import lineage
 
     store = Store(str(tmp_path))
     parent = {**sample_design("class P: ...", "d0", "p0"), "parent_env_id": None}

@@ -18,12 +18,12 @@ import pytest
 from conftest import free_port
 from test_resume import OVERRIDES, REPO, spade_command, spade_env
 
-from spade_core.catalog import query
-from spade_core.checkpoints import checkpoint_complete
-from spade_core.checkpoints import read_marker as read_checkpoint
 from spade_core.pipeline.run_config import load_run_config
 from spade_core.pipeline.status import generation_complete
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.checkpoints import checkpoint_complete
+from spade_core.store.checkpoints import read_marker as read_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.usefixtures("jail_processes_checked")]
 

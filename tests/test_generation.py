@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from samples import as_stage, design_row, run_body, write_stage
 
-from spade_core.catalog import query
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.local import run_generation
 from spade_core.pipeline.stage import fixed_lease
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
 
 # The module's generation fixture runs real jails and a model: allow for a loaded machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.usefixtures("jail_processes_checked")]
@@ -58,7 +58,7 @@ class Result:
 
 @pytest.fixture(scope="module")
 def generation(tmp_path_factory: pytest.TempPathFactory, micro_generator):  # type: ignore[no-untyped-def]
-    from spade_core.seed_check import run_seed_check
+    from spade_core.envs.seed_check import run_seed_check
 
     root = tmp_path_factory.mktemp("gen-store")
     cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={root}"])
@@ -126,7 +126,7 @@ def test_regret_is_hint_minus_no_hint_in_sql(generation) -> None:  # type: ignor
 def test_rows_other_commands_write_change_neither_scores_nor_the_training_batch(generation, micro_generator) -> None:  # type: ignore[no-untyped-def]
     import pandas as pd
 
-    from spade_core.train import build_batch
+    from spade_core.train.step import build_batch
 
     store, _ = generation
     cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={store.base}"])
@@ -164,7 +164,7 @@ def test_invalid_designs_score_zero_and_are_never_rewarded(generation) -> None: 
 
 
 def test_memory_snapshot_continues_in_the_next_generation(generation) -> None:  # type: ignore[no-untyped-def]
-    from spade_core.memory import Memory
+    from spade_core.designer.memory import Memory
 
     store, result = generation
     again = Memory.load(store, "it", 1)
@@ -194,7 +194,7 @@ def test_designs_keep_their_group_and_document(generation) -> None:  # type: ign
 
 
 def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, micro_generator) -> None:  # type: ignore[no-untyped-def]
-    from spade_core.memory import Memory
+    from spade_core.designer.memory import Memory
     from spade_core.pipeline.stages.design import design
 
     cfg = load_config(
@@ -331,9 +331,9 @@ def test_pool_diversity_is_reported(generation) -> None:  # type: ignore[no-unty
 def test_novelty_filter_rejects_a_copy_of_a_memory_env(tmp_path: Path) -> None:
     import pandas as pd
 
-    from spade_core.memory import Memory
+    from spade_core.designer.memory import Memory
     from spade_core.pipeline.stages import novelty, validate
-    from spade_core.verdicts import final_verdicts
+    from spade_core.store.verdicts import final_verdicts
 
     cfg = load_config("tiny", overrides=["memory.novelty_threshold=0.95"])
     memory = Memory.seeded(cfg.memory)
@@ -354,11 +354,11 @@ def test_repair_round_feeds_the_error_back_and_revalidates(tmp_path: Path) -> No
 
     import pandas as pd
 
-    from spade_core.design import design_messages
+    from spade_core.designer.design import design_messages
     from spade_core.envs.seeds import load_seed_envs
     from spade_core.llm.base import Completion
     from spade_core.pipeline.stages.validate import validate_shard
-    from spade_core.verdicts import final_designs
+    from spade_core.store.verdicts import final_designs
 
     fixed = next(e for e in load_seed_envs() if e.skill == "optimization").code
 
@@ -433,7 +433,7 @@ def test_a_failed_prompt_is_retried_with_a_fresh_document_until_valid(tmp_path: 
     from spade_core.llm.base import Completion
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.validate import validate_shard
-    from spade_core.verdicts import final_designs
+    from spade_core.store.verdicts import final_designs
 
     working = next(e for e in load_seed_envs() if e.skill == "optimization").code
 

@@ -13,9 +13,9 @@ from samples import frame, write_stage
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.rollout import plan
-from spade_core.store import Store
-from spade_core.train import loss_denominator
-from spade_core.train_data import AGENT, DESIGNER, Sample, make_batch
+from spade_core.store.artifacts import Store
+from spade_core.train.data import AGENT, DESIGNER, Sample, make_batch
+from spade_core.train.step import loss_denominator
 
 
 def _plays_per_env(tmp_path: Path, envs: int, *overrides: str) -> set[int]:

@@ -21,8 +21,8 @@ from spade_core.envs.gym import ENV_ID, AnyText, JailedEnv, register
 from spade_core.envs.gym_check import Finding, check_jailed_env
 from spade_core.envs.seeds import load_multiturn_envs, load_seed_envs, load_starter_envs
 from spade_core.pipeline.context import GenerationContext
-from spade_core.store import Store
-from spade_core.verdicts import final_designs
+from spade_core.store.artifacts import Store
+from spade_core.store.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 runner = CliRunner()

@@ -12,15 +12,15 @@ import pandas as pd
 import pytest
 from samples import run_body, write_stage
 
-from spade_core import hints as hints_module
 from spade_core.config import load_config
 from spade_core.envs.contract import env_id_for
-from spade_core.hints import leaked_env_ids, leaked_values, leaks_solution, rewrite_messages
 from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
+from spade_core.method.scoring import blend_reward, score_environments
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages import hint
-from spade_core.scoring import blend_reward, score_environments
-from spade_core.store import Store
+from spade_core.play import hints as hints_module
+from spade_core.play.hints import leaked_env_ids, leaked_values, leaks_solution, rewrite_messages
+from spade_core.store.artifacts import Store
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 

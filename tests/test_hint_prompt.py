@@ -10,8 +10,8 @@ import pytest
 from test_hint_leaks import VAULT, HintModel, _ctx, _pool
 
 from spade_core.config import load_config
-from spade_core.hints import AUTHORS_GAME_HINT_SYSTEM, AUTHORS_TOOL_HINT_SYSTEM, HINT_SYSTEM, hint_messages
 from spade_core.pipeline.stages import hint
+from spade_core.play.hints import AUTHORS_GAME_HINT_SYSTEM, AUTHORS_TOOL_HINT_SYSTEM, HINT_SYSTEM, hint_messages
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 
@@ -39,7 +39,7 @@ def test_the_authors_tool_prompt_asks_for_a_value_free_plan_and_their_parse_read
     system = hint_messages("class T: ...", "tool", 100, "authors")[0]["content"]
     assert system == AUTHORS_TOOL_HINT_SYSTEM and "<answer>done</answer>" in system and "placeholder" in system
     assert "\\boxed{answer}" in AUTHORS_GAME_HINT_SYSTEM and "under 100 words" in AUTHORS_GAME_HINT_SYSTEM
-    from spade_core.hints import read_hint
+    from spade_core.play.hints import read_hint
 
     wrapped = '```json\n{"hint": "Sort them first."}\n```'
     assert read_hint(wrapped, 100, "authors") == "Sort them first."

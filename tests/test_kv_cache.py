@@ -12,7 +12,7 @@ from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, SamplingParams
-from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=10, logprobs=True, seed=0)

@@ -11,7 +11,7 @@ from samples import frame, run_body, write_stage
 
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
 
 ENV = "env-leaky"
 

@@ -11,12 +11,12 @@ import pytest
 from samples import validated_generation
 from typer.testing import CliRunner
 
-from spade_core import llm_validator
 from spade_core.cli import app
+from spade_core.designer import llm_validator
 from spade_core.envs.seeds import load_multiturn_envs, load_seed_envs
 from spade_core.llm.base import Completion, SamplingParams
 from spade_core.pipeline.context import GenerationContext
-from spade_core.verdicts import final_designs
+from spade_core.store.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 MULTITURN = [e.code for e in load_multiturn_envs()]

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from spade_core.config import load_config
-from spade_core.train_data import AGENT, Batch, Sample
-from spade_core.train_trl import StoredRollouts, grpo_args, sample_mean_scale, spade_trainer_class, stored_reward
+from spade_core.train.data import AGENT, Batch, Sample
+from spade_core.train.grpo import StoredRollouts, grpo_args, sample_mean_scale, spade_trainer_class, stored_reward
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

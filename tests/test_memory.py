@@ -11,11 +11,11 @@ import pytest
 from samples import write_stage
 
 from spade_core.config import MemoryConfig, ScoringConfig
+from spade_core.designer.memory import STAGE, Memory, MemoryEntry, win_fractions
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.memory import STAGE, Memory, MemoryEntry, win_fractions
-from spade_core.schemas import SCHEMAS, to_arrow
-from spade_core.scoring import score_environments
-from spade_core.store import Store
+from spade_core.method.scoring import score_environments
+from spade_core.store.artifacts import Store
+from spade_core.store.schemas import SCHEMAS, to_arrow
 
 
 def entry(name: str, skill: str = "optimization", win: float = 0.5, regret: float = 0.0, gen: int = 1) -> MemoryEntry:

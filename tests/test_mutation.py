@@ -14,18 +14,18 @@ import pytest
 from samples import designed_and_checked, frame, write_stage
 from typer.testing import CliRunner
 
-from spade_core.catalog import query
 from spade_core.cli import app
 from spade_core.config import MemoryConfig, load_config
+from spade_core.designer.memory import Memory, MemoryEntry
+from spade_core.designer.mutation import choose_parent, without_docstring
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
-from spade_core.lineage import lineage
 from spade_core.llm.base import Completion
-from spade_core.memory import Memory, MemoryEntry
-from spade_core.mutation import choose_parent, without_docstring
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages import novelty
-from spade_core.store import Store
-from spade_core.verdicts import final_designs
+from spade_core.report.lineage import lineage
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 STARTER = next(e for e in load_starter_envs() if e.skill == "spatial_reasoning")

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spade_core import novelty
-from spade_core.envs.seeds import load_seed_envs
-from spade_core.novelty import (
+from spade_core.designer import novelty
+from spade_core.designer.novelty import (
     EMBEDDING_DIM,
     NoveltyError,
     novelty_decisions,
@@ -19,6 +18,7 @@ from spade_core.novelty import (
     pool_diversity,
     vendi_score,
 )
+from spade_core.envs.seeds import load_seed_envs
 
 
 def unit(*values: float) -> np.ndarray:

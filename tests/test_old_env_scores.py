@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from spade_core.catalog import query
 from spade_core.cli import app
 from spade_core.report import load_run
-from spade_core.schemas import SCHEMAS
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.schemas import SCHEMAS
 
 COLUMNS = ["run_id", "gen", *SCHEMAS["env_scores"].names]
 OLD_SCHEMA = pa.schema([*SCHEMAS["env_scores"], pa.field("designer_reward", pa.float64(), nullable=False)])

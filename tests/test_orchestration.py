@@ -12,14 +12,14 @@ import pytest
 from samples import design_row
 
 from spade_core.config import load_config
-from spade_core.markers import StageRecord, read_marker
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.registry import STAGES
 from spade_core.pipeline.run_config import RunConfigMismatch, bind_run_config
 from spade_core.pipeline.stage import Body, GeneratorLease, Stage, execute
 from spade_core.pipeline.status import generation_stages, next_generation
 from spade_core.pipeline.status import stage_names as stages_for
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord, read_marker
 
 
 def _run(

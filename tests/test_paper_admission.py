@@ -11,11 +11,11 @@ from agents import Scripted
 from test_validator import SMOKE, make_env
 
 from spade_core.config import RolloutConfig
-from spade_core.design import AUTHORS_GAME_DESIGNER_SYSTEM, DESIGNER_SYSTEM, design_messages, mutation_messages
+from spade_core.designer.design import AUTHORS_GAME_DESIGNER_SYSTEM, DESIGNER_SYSTEM, design_messages, mutation_messages
 from spade_core.envs.contract import env_id_for
+from spade_core.envs.validate import validate_code
 from spade_core.llm.base import SamplingParams
-from spade_core.rollout import EpisodeSpec, RolloutEngine
-from spade_core.validate import validate_code
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 

@@ -9,11 +9,11 @@ from agents import Scripted
 from test_episode_rules import ECHO
 from test_tool_protocol import DEPOSIT_AND_LOOK, MALFORMED, NATIVE, SAFE
 
-from spade_core.agent_prompts import AUTHORS_GAME_USER, game_system
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import SamplingParams
-from spade_core.rollout import MALFORMED_CALL_FEEDBACK, EpisodeSpec, RolloutEngine
+from spade_core.play.agent_prompts import AUTHORS_GAME_USER, game_system
+from spade_core.play.rollout import MALFORMED_CALL_FEEDBACK, EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 
@@ -151,8 +151,8 @@ def test_enable_thinking_reaches_a_template_that_reads_it_and_no_other(tiny_gene
 
     import pandas as pd
 
-    from spade_core.chat_tokens import ChatTokens
-    from spade_core.train_data import designer_samples
+    from spade_core.llm.chat_tokens import ChatTokens
+    from spade_core.train.data import designer_samples
 
     reads = copy.deepcopy(tiny_generator.tokenizer)
     reads.chat_template = THINKING

@@ -13,14 +13,14 @@ from agents import InOrder
 from samples import designed_and_checked
 
 from spade_core.config import load_config
-from spade_core.design import REPAIR_PARAMETERS
+from spade_core.designer.design import REPAIR_PARAMETERS
+from spade_core.designer.memory import Memory
+from spade_core.designer.mutation import choose_parent
+from spade_core.designer.parameters import parameter_block, parameters_of
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
-from spade_core.memory import Memory
-from spade_core.mutation import choose_parent
-from spade_core.parameters import parameter_block, parameters_of
 from spade_core.pipeline.context import GenerationContext
-from spade_core.store import Store
-from spade_core.verdicts import final_designs
+from spade_core.store.artifacts import Store
+from spade_core.store.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 STARTER = next(e for e in load_starter_envs() if e.skill == "spatial_reasoning")

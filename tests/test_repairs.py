@@ -13,20 +13,20 @@ import pandas as pd
 import pytest
 from samples import as_stage
 
-from spade_core import repairs
 from spade_core.config import ValidationConfig, load_config
-from spade_core.envs.contract import env_id_for
-from spade_core.llm.base import Completion
-from spade_core.pipeline.context import GenerationContext
-from spade_core.repairs import (
+from spade_core.designer import repairs
+from spade_core.designer.repairs import (
     STDLIB_NAMES,
     add_stdlib_imports,
     missing_stdlib_names,
     repair_code,
     repair_fstring_braces,
 )
-from spade_core.store import Store
-from spade_core.validate import validate_code
+from spade_core.envs.contract import env_id_for
+from spade_core.envs.validate import validate_code
+from spade_core.llm.base import Completion
+from spade_core.pipeline.context import GenerationContext
+from spade_core.store.artifacts import Store
 
 FAST = ValidationConfig(call_timeout_s=3.0, max_turns=8)
 
@@ -198,7 +198,7 @@ class ScriptedDesigner:
 def test_the_store_shows_which_designs_passed_only_thanks_to_a_repair(tmp_path: Path) -> None:
     from spade_core.pipeline.stages.design import design
     from spade_core.pipeline.stages.validate import validate_shard
-    from spade_core.verdicts import final_designs
+    from spade_core.store.verdicts import final_designs
 
     overrides = ["designer.mode=write", "designer.documents_per_generation=3", "designer.max_attempts=1"]
     overrides += ["corpus.enabled=false"]

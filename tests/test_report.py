@@ -17,14 +17,14 @@ from typer.testing import CliRunner
 
 from spade_core.cli.report_cmd import report
 from spade_core.config import load_config
-from spade_core.markers import StageRecord, write_marker
 from spade_core.report import load_run, write_report
 from spade_core.report.data import learning_curve_table, steps_per_generation
 from spade_core.report.plots import generation_boundaries
 from spade_core.report.summary import generation_summary, summary_markdown, top_environments
-from spade_core.schemas import SCHEMAS
-from spade_core.store import Store
-from spade_core.timeline import overlap_fraction, saved_seconds_with_own_devices
+from spade_core.report.timeline import overlap_fraction, saved_seconds_with_own_devices
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord, write_marker
+from spade_core.store.schemas import SCHEMAS
 
 CHROMIUM = Path("/usr/bin/chromium")
 HOSTILE = "</pre><script>alert(1)</script>"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from spade_core.catalog import query
-from spade_core.markers import read_marker
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.markers import read_marker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.usefixtures("jail_processes_checked")]
 

@@ -12,7 +12,7 @@ from samples import ROWS, run_body, write_stage
 
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
 
 # Three valid designs (two optimization, one causal_inference) and one invalid; K = 2 steps, 2 no-hint plays
 # per env per step, 2 hinted plays at step 0.

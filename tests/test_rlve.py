@@ -17,9 +17,8 @@ from spade_core.config import load_config
 from spade_core.envs import rlve
 from spade_core.envs.rlve_difficulty import TAU_NUM, Window
 from spade_core.envs.rlve_pool import difficulty_history, rlve_pool
-from spade_core.markers import read_marker
-from spade_core.pipeline.context import GenerationContext
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import read_marker
 
 
 @pytest.mark.slow  # rlve:all loads a probe in a jail per non-standard-library import (networkx, numpy, sympy)
@@ -121,7 +120,7 @@ def test_an_official16_environment_needing_networkx_plays_in_the_jail() -> None:
 
 @pytest.mark.usefixtures("jail_processes_checked")
 def test_a_generator_that_raises_is_an_error_row_not_a_crash(micro_generator) -> None:  # type: ignore[no-untyped-def]
-    from spade_core.rollout import EpisodeSpec, RolloutEngine
+    from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
     cfg = load_config("tiny", overrides=["rollout.max_tokens_per_turn=4", "rollout.env_retries=0"])
     broken = rlve.bundle("Sorting", 0, params=[{}])  # Sorting's _generate asserts "N" in parameter
@@ -161,10 +160,10 @@ def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> N
     store.write_table("episodes", all_won, run_id="other", gen=1, stage="rollout-s0")
     # plays another command wrote into the run (spade rollout --run-id) are no training plays
     store.write_table("episodes", all_won, run_id="r", gen=1, stage="rollout-cli")
-    first = rlve_pool(GenerationContext(cfg, store, "r", 1))
+    first = rlve_pool(cfg, store, "r", 1)
     assert list(first["env_id"]) == ["rlve:Sorting@d0", "rlve:Division@d0"]
     assert set(first["source"]) == {"fixed"} and set(first["kind"]) == {"game"}
-    second = rlve_pool(GenerationContext(cfg, store, "r", 2))
+    second = rlve_pool(cfg, store, "r", 2)
     assert (
         second["env_id"].iloc[0] in {"rlve:Sorting@d0", "rlve:Sorting@d1"}
         and second["env_id"].iloc[1] == "rlve:Division@d0"
@@ -175,7 +174,7 @@ def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> N
     assert (history.loc[(2, "Sorting"), "low"], history.loc[(2, "Sorting"), "high"]) == (0, 1)
     assert (history.loc[(2, "Division"), "low"], history.loc[(2, "Division"), "high"]) == (0, 0)
     # the same store, the same draw: a rerun of generation 2's pool stage writes the same pool
-    assert rlve_pool(GenerationContext(cfg, store, "r", 2)).equals(second)
+    assert rlve_pool(cfg, store, "r", 2).equals(second)
 
 
 def test_the_controller_settings_of_the_config_move_the_window() -> None:
@@ -217,10 +216,10 @@ def test_a_tiny_fixed_rlve_run_end_to_end(tmp_path: Path, micro_model_dir: str) 
     """Two generations of K = 1 step on two RLVE environments at their lowest difficulty, with the production
     leases (the micro model plays; the train stage runs): each generation completes with its pool and plays
     stored; the report shows the controller; an unknown name fails before any stage writes."""
-    from spade_core.catalog import query
     from spade_core.pipeline.local import run_run
     from spade_core.pipeline.status import generation_complete
     from spade_core.report import write_report
+    from spade_core.store.catalog import query
 
     overrides = [
         f"store.root={tmp_path}",

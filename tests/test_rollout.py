@@ -14,14 +14,14 @@ from sandbox.outcome import episode_return
 from sandbox.session import EnvSession
 from spade_core.cli import app
 from spade_core.config import RolloutConfig, ScoringConfig, load_config
-from spade_core.designer_reward import window_inputs
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import SamplingParams
-from spade_core.rollout import EpisodeSpec, RolloutEngine
-from spade_core.scoring import broken_env_ids, score_environments
-from spade_core.store import Store
-from spade_core.train_data import agent_samples
+from spade_core.method.designer_reward import window_inputs
+from spade_core.method.scoring import broken_env_ids, score_environments
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store.artifacts import Store
+from spade_core.train.data import agent_samples
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 SEEDS = {e.skill: e for e in load_seed_envs()}

@@ -14,7 +14,7 @@ from samples import write_stage
 
 from spade_core.config import load_config
 from spade_core.pipeline.runner import chain_trigger, run_generations
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
 
 WAIT_S = 30.0
 
@@ -107,10 +107,10 @@ def test_the_local_runner_overlaps_two_real_generations_with_the_production_leas
     generation 1's memory is stored, before generation 1 has ended, and both generations complete."""
     from test_resume import OVERRIDES
 
-    from spade_core.markers import read_marker
     from spade_core.pipeline.local import run_run
     from spade_core.pipeline.status import generation_complete
-    from spade_core.timeline import parse_time
+    from spade_core.report.timeline import parse_time
+    from spade_core.store.markers import read_marker
 
     overrides = [*OVERRIDES[:-1], "training.steps_per_generation=3", "orchestration.async_generations=true"]
     cfg = load_config("tiny", overrides=[*overrides, f"store.root={tmp_path}", f"model.name_or_path={micro_model_dir}"])

@@ -20,7 +20,7 @@ from sandbox.jail import JailedProcess
 from sandbox.policy import JailLimits, SandboxUnavailable
 from sandbox.session import EnvSession
 from spade_core.config import ValidationConfig
-from spade_core.validate import validate_code
+from spade_core.envs.validate import validate_code
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 FAST = ValidationConfig(call_timeout_s=2.0, max_turns=6, garbage_actions=2, random_plays=1)

@@ -169,7 +169,7 @@ def test_every_error_type_the_code_emits_is_in_the_taxonomy() -> None:
     # the scan is not vacuous: the jail runtime, the host side and the validator each name their classes
     assert {"syntax_error", "contract_error", "memory", "output_limit"} <= emitted["sandbox/runtime/host.py"]
     assert {"timeout", "jail_error"} <= emitted["sandbox/jail.py"]
-    assert {"nondeterministic", "unsolvable", "trivial"} <= emitted["spade_core/validate.py"]
+    assert {"nondeterministic", "unsolvable", "trivial"} <= emitted["spade_core/envs/validate.py"]
 
 
 # -- real jails ending each way ------------------------------------------------------------------------------

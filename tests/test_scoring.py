@@ -9,10 +9,9 @@ import pandas as pd
 import pytest
 
 from sandbox.outcome import ENV_ERROR_TYPES
-from spade_core import scoring
 from spade_core.config import ScoringConfig
-from spade_core.schemas import SCHEMAS, to_arrow
-from spade_core.scoring import (
+from spade_core.method import scoring
+from spade_core.method.scoring import (
     DESIGNER_REWARDS,
     ScoringError,
     blend_reward,
@@ -24,6 +23,7 @@ from spade_core.scoring import (
     solve_rate_reward,
     win_rate,
 )
+from spade_core.store.schemas import SCHEMAS, to_arrow
 
 CFG = ScoringConfig()
 

@@ -15,11 +15,11 @@ import pytest
 from samples import frame
 from typer.testing import CliRunner
 
-from spade_core.catalog import query
 from spade_core.cli import app
 from spade_core.cli.catalog_cmd import READ_ONLY_HINT
-from spade_core.schemas import SCHEMAS, TABLES
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.schemas import SCHEMAS, TABLES
 
 runner = CliRunner()
 

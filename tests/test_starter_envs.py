@@ -12,7 +12,7 @@ from sandbox.session import EnvSession
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS
 from spade_core.envs.contract import split_actions
 from spade_core.envs.seeds import load_starter_envs
-from spade_core.validate import garbage_actions, validate_file
+from spade_core.envs.validate import garbage_actions, validate_file
 
 STARTERS = load_starter_envs()
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")

@@ -9,8 +9,8 @@ import pytest
 from samples import ROWS, frame
 
 from spade_core.hashing import short_hash
-from spade_core.schemas import TABLES, SchemaError
-from spade_core.store import Store, StoreError, WrittenFile, io_counts, reset_io_counts
+from spade_core.store.artifacts import Store, StoreError, WrittenFile, io_counts, reset_io_counts
+from spade_core.store.schemas import TABLES, SchemaError
 
 
 @pytest.fixture(params=["local", "s3"])

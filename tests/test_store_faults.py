@@ -1,5 +1,5 @@
 """Store I/O through a flaky S3 endpoint: tests/flaky_s3.py's proxy on 127.0.0.1 in front of moto's server
-drops, cuts, delays and throttles requests; the store's S3 filesystem (spade_core/fs.py) retries them, so a
+drops, cuts, delays and throttles requests; the store's S3 filesystem (spade_core/store/fs.py) retries them, so a
 generation written through it equals the same generation written on a clean endpoint, and reads and
 ``spade sql`` through it see every row. A permanent error (no such bucket, access denied) fails on its
 first answer (docs/DESIGN.md §12)."""
@@ -16,13 +16,13 @@ from samples import frame
 from test_resume import OVERRIDES as RESUME_OVERRIDES
 from typer.testing import CliRunner
 
-from spade_core.catalog import connect, query
 from spade_core.cli import app
 from spade_core.config import load_config
-from spade_core.fs import MAX_ATTEMPTS, S3FS_RETRIES
 from spade_core.pipeline.local import run_generation
 from spade_core.pipeline.stage import fixed_lease
-from spade_core.store import Store, StoreError
+from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.catalog import connect, query
+from spade_core.store.fs import MAX_ATTEMPTS, S3FS_RETRIES
 
 runner = CliRunner()
 NO_FAULTS = FaultPlan(drop=0, lost=0, truncate=0, slowdown=0, unavailable=0, delay=0)

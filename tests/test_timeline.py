@@ -1,4 +1,4 @@
-"""spade_core.timeline: stage intervals from markers, and the overlap of generation g+1's design chain with
+"""spade_core.report.timeline: stage intervals from markers, and the overlap of generation g+1's design chain with
 generation g's training steps, on hand-computed intervals (seconds after T0)."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from spade_core.markers import StageRecord
-from spade_core.timeline import (
+from spade_core.report.timeline import (
     chain_seconds,
     overlap_fraction,
     parse_time,
@@ -17,6 +16,7 @@ from spade_core.timeline import (
     stage_timeline,
     train_seconds,
 )
+from spade_core.store.markers import StageRecord
 
 T0 = dt.datetime(2026, 12, 3, 16, 0, 0, tzinfo=dt.UTC)
 

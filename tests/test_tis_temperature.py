@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from spade_core.config import load_config
-from spade_core.train_data import AGENT, Batch, Sample
-from spade_core.train_trl import (
+from spade_core.train.data import AGENT, Batch, Sample
+from spade_core.train.grpo import (
     StoredRollouts,
     grpo_args,
     logps_at_temperatures,
@@ -107,7 +107,7 @@ def _step_logs(model_dir: str, batch: Batch, behaviour_temperature: float) -> di
         assert args.temperature == cfg.training.logprob_temperature == 1.0
         assert args.behaviour_logprob_temperature == behaviour_temperature
         rollouts = StoredRollouts(batch, total)
-        # as spade_core/train.py builds it: the behaviour temperature rides on the args
+        # as spade_core/train/step.py builds it: the behaviour temperature rides on the args
         trainer_class = spade_trainer_class(0.0, 2.0, sample_mean_scale("dapo", total, len(batch.samples())))
         trainer = trainer_class(
             model=model_dir,

@@ -12,12 +12,12 @@ from agents import Scripted
 
 from sandbox.runtime.spade_env import is_malformed_call, parse_native_calls
 from sandbox.session import EnvSession
-from spade_core.agent_prompts import TOOL_HOW
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import SamplingParams
-from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.play.agent_prompts import TOOL_HOW
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 

@@ -15,7 +15,7 @@ from spade_core.llm.base import Completion
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.registry import stages_for
 from spade_core.pipeline.stages import pool, topup
-from spade_core.verdicts import final_designs
+from spade_core.store.verdicts import final_designs
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 SEEDS = {e.skill: e.code for e in load_seed_envs()}

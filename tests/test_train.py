@@ -17,7 +17,14 @@ from safetensors.torch import load_file
 from samples import write_stage
 from typer.testing import CliRunner
 
-from spade_core.checkpoints import (
+from spade_core.cli import app
+from spade_core.config import RolloutConfig, load_config
+from spade_core.envs.seeds import load_seed_envs
+from spade_core.llm.base import GenerationRequest, SamplingParams
+from spade_core.llm.hf import TransformersGenerator
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import (
     checkpoint_complete,
     checkpoint_files,
     model_for_step,
@@ -25,16 +32,9 @@ from spade_core.checkpoints import (
     read_marker,
     write_checkpoint,
 )
-from spade_core.cli import app
-from spade_core.config import RolloutConfig, load_config
-from spade_core.envs.seeds import load_seed_envs
-from spade_core.llm.base import GenerationRequest, SamplingParams
-from spade_core.llm.hf import TransformersGenerator
-from spade_core.rollout import EpisodeSpec, RolloutEngine
-from spade_core.store import Store
-from spade_core.train import build_batch, train_step
-from spade_core.train_data import AGENT, DESIGNER
-from spade_core.train_launch import accelerate_command, launch_training
+from spade_core.train.data import AGENT, DESIGNER
+from spade_core.train.launch import accelerate_command, launch_training
+from spade_core.train.step import build_batch, train_step
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("jail_processes_checked")]
 SEEDS = {e.skill: e for e in load_seed_envs()}

@@ -1,7 +1,7 @@
-"""The trainer subprocess (``accelerate launch -m spade_core.train``) loads no module of the pipeline.
+"""The trainer subprocess (``accelerate launch -m spade_core.train.step``) loads no module of the pipeline.
 
-It reads the store by stage name (:mod:`spade_core.stage_names`), the markers (:mod:`spade_core.markers`) and
-the design verdicts (:mod:`spade_core.verdicts`); the orchestration (registry, stages, context, runner) stays
+It reads the store by stage name (:mod:`spade_core.stage_names`), the markers (:mod:`spade_core.store.markers`) and
+the design verdicts (:mod:`spade_core.store.verdicts`); the orchestration (registry, stages, context, runner) stays
 out of every training process. A fresh interpreter, so no other test's imports count.
 """
 
@@ -10,7 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-PROBE = "import sys, spade_core.train; print(sorted(m for m in sys.modules if m.startswith('spade_core.pipeline')))"
+PROBE = (
+    "import sys, spade_core.train.step; print(sorted(m for m in sys.modules if m.startswith('spade_core.pipeline')))"
+)
 
 
 def test_the_trainer_imports_no_pipeline_module() -> None:

@@ -25,18 +25,18 @@ import pytest
 import torch
 from samples import ROWS, run_body
 
-from spade_core.checkpoints import model_path_for_checkpoint
 from spade_core.config import RolloutConfig, load_config
-from spade_core.design import DESIGNER_SYSTEM
+from spade_core.designer.design import DESIGNER_SYSTEM
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.llm.hf import TransformersGenerator, load_tokenizer
-from spade_core.markers import StageRecord, write_marker
 from spade_core.pipeline.context import GenerationContext
-from spade_core.rollout import EpisodeSpec, RolloutEngine
-from spade_core.store import Store
-from spade_core.train import due_designs, train_step
-from spade_core.train_data import Sample, agent_samples, designer_samples
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import model_path_for_checkpoint
+from spade_core.store.markers import StageRecord, write_marker
+from spade_core.train.data import Sample, agent_samples, designer_samples
+from spade_core.train.step import due_designs, train_step
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.usefixtures("jail_processes_checked")]
 RUN = "direction"

@@ -12,7 +12,7 @@ from sandbox.runtime import host
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, ValidationConfig
 from spade_core.envs.contract import REWARD_RANGE, env_id_for
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.validate import CHECK_NAMES, SMOKE_REWARD_RANGE, validate_code, validate_many
+from spade_core.envs.validate import CHECK_NAMES, SMOKE_REWARD_RANGE, validate_code, validate_many
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 SEEDS = load_seed_envs()
@@ -179,7 +179,7 @@ CRASHES = make_env(step='raise ValueError("bad action " + action[:5])')
 def test_validator_docstring_examples_hold() -> None:
     import doctest
 
-    from spade_core import validate
+    from spade_core.envs import validate
 
     result = doctest.testmod(validate)
     assert result.attempted > 0 and result.failed == 0

@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 
 from spade_core.cli import app
 from spade_core.config import load_config
-from spade_core.markers import StageRecord, list_markers, read_marker
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.run_config import bind_run_config
 from spade_core.pipeline.stage import Stage, execute
 from spade_core.pipeline.status import generation_stages, next_generation
 from spade_core.pipeline.status import stage_names as stages_for
-from spade_core.store import Store, StoreError
+from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.markers import StageRecord, list_markers, read_marker
 
 
 def _docs(n: int) -> pd.DataFrame:
@@ -167,7 +167,7 @@ def test_spade_run_after_a_file_of_a_finished_generation_is_deleted_redoes_that_
 
     from test_resume import OVERRIDES, REPO, spade_command, spade_env
 
-    from spade_core.catalog import query
+    from spade_core.store.catalog import query
 
     root = str(tmp_path / "store")
     sets = [f"--set={o}" for o in [*OVERRIDES, f"model.name_or_path={micro_model_dir}"]]

@@ -20,7 +20,7 @@ from spade_core.llm.base import GenerationRequest, ModelError, SamplingParams
 from spade_core.llm.embedded import cache_dir
 from spade_core.llm.vllm_server import VLLMGenerator, engine_python
 from spade_core.pipeline import leases
-from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
 ASK = [{"role": "user", "content": "Name three colours."}]

@@ -29,7 +29,7 @@ import sys
 import traceback
 
 MAX_CAPTURE = 2000
-# The widest reward the host passes on: the authors' smoke-test range (spade_core.validate.SMOKE_REWARD_RANGE).
+# The widest reward the host passes on: the authors' smoke-test range (spade_core.envs.validate.SMOKE_REWARD_RANGE).
 REWARD_LIMIT = 10.0
 MODULE_NAME = "spade_generated_env"
 
@@ -210,7 +210,7 @@ class Host:
         """Load the one environment class of ``source`` and build it with ``max_turns``; with
         ``own_max_turns`` it is built with its own default instead and keeps its own ``max_turns``, capped at
         ``max_turns`` (the authors' ``respect_game_max_turns``, spade/core/envs/synthetic_game_env.py:226-246)."""
-        import spade_env
+        import spade_env  # the jail's runtime module: on sys.path only inside the jail
 
         try:
             code = compile(source, "<environment>", "exec")
@@ -255,7 +255,7 @@ class Host:
     def call_tool(self, name, arguments):
         """One tool call outside ``step`` (the native protocol): the environment's ``execute_tool``, or for an
         environment without one, its ``tool_<name>`` method run as :func:`spade_env.run_tool` runs it."""
-        import spade_env
+        import spade_env  # the jail's runtime module: on sys.path only inside the jail
 
         env = self._need_env()
         execute = getattr(env, "execute_tool", None)

@@ -1,6 +1,6 @@
 """``spade sql``: DuckDB over the store, one view per table; read-only unless ``--allow-write``.
 
-A read-only query reaches no file but the store's, and those only to read (``spade_core.catalog``,
+A read-only query reaches no file but the store's, and those only to read (``spade_core.store.catalog``,
 docs/DESIGN.md §12). A refused write and a store that cannot be read (a damaged file, an endpoint gone after
 the retries) say one line and exit 1; any other SQL error says one line and exits 2.
 """
@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from spade_core.catalog import LOCAL_SCHEME, query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.fs import s3_endpoint
 from spade_core.pipeline.verify import listed_but_missing
-from spade_core.schemas import TABLES
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import LOCAL_SCHEME, query
+from spade_core.store.fs import s3_endpoint
+from spade_core.store.schemas import TABLES
 
 READ_ONLY_HINT = "spade sql only reads the store unless --allow-write"
 
@@ -62,7 +62,7 @@ def store_fault(exc: duckdb.Error, endpoint: str | None = None) -> str | None:
 
     Two kinds: a damaged Parquet file (DuckDB's own error), and an error of the store's filesystem, which
     DuckDB passes on as the text of its Python traceback (S3 gone or refusing after the retries of
-    ``spade_core.fs``).
+    ``spade_core.store.fs``).
 
     >>> store_fault(duckdb.IOException('IO Error: No magic bytes found at end of file "x"'))  # doctest: +ELLIPSIS
     'a stored file is damaged (IO Error: No magic bytes found at end of file "x"); find it with ...'

@@ -11,11 +11,11 @@ import typer
 
 from sandbox.policy import SandboxUnavailable
 from spade_core.config import ConfigError, SpadeConfig
-from spade_core.corpus import CorpusError
+from spade_core.designer.corpus import CorpusError
 from spade_core.llm.base import ModelError
 from spade_core.pipeline.run_config import resolve_config
-from spade_core.schemas import SchemaError
-from spade_core.store import Store, StoreError
+from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.schemas import SchemaError
 
 PresetOpt = Annotated[str, typer.Option("--preset", help="Config preset from data/configs/ (tiny, gpu-1x, gpu-8x).")]
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="YAML file applied on top of the preset.")]

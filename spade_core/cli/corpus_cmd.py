@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from spade_core.cli.common import clean_errors
-from spade_core.corpus import build_corpus
+from spade_core.designer.corpus import build_corpus
 
 corpus_app = typer.Typer(help="Document corpora for the designer.", no_args_is_help=True)
 

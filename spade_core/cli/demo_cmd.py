@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.seed_check import run_seed_check
+from spade_core.envs.seed_check import run_seed_check
+from spade_core.store.catalog import query
 
 
 @clean_errors

@@ -9,14 +9,14 @@ from typing import Annotated
 
 import typer
 
-from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.design import extract_code, skills_for_generation
+from spade_core.designer.design import extract_code, skills_for_generation
+from spade_core.designer.memory import Memory
+from spade_core.envs.validate import validate_many
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, SamplingParams
-from spade_core.memory import Memory
 from spade_core.pipeline.stages.design import prompt_from_text
-from spade_core.validate import validate_many
+from spade_core.store.catalog import query
 
 
 @clean_errors

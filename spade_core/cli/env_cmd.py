@@ -12,7 +12,7 @@ import typer
 from sandbox.session import EnvSession, Replay
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, clean_errors, resolve
 from spade_core.envs.gym_check import check_jailed_env
-from spade_core.validate import limits_from_config, validate_many
+from spade_core.envs.validate import limits_from_config, validate_many
 
 env_app = typer.Typer(help="Play and inspect environment files (in the jail).", no_args_is_help=True)
 

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from spade_core.catalog import query
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.lineage import lineage
-from spade_core.store import Store
+from spade_core.report.lineage import lineage
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
 
 envs_app = typer.Typer(
     help="Browse the environments of a store (designs, validation, scores, hints).", no_args_is_help=True

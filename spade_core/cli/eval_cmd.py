@@ -13,6 +13,8 @@ from rich.table import Table
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import ConfigError
+from spade_core.eval import evaluate, evaluate_checkpoint, resolve_suites, summarize
+from spade_core.llm import make_generator
 
 
 def _print_summary(summary: pd.DataFrame, title: str) -> None:
@@ -58,7 +60,6 @@ def eval_(
     Without --run-id the model (--checkpoint, else model.name_or_path) is scored and nothing is written;
     with --run-id R --gen G the checkpoint of generation G is scored and the rows go to the evals table.
     """
-    from spade_core.eval import evaluate, evaluate_checkpoint, resolve_suites, summarize
 
     extra = [f"evaluation.limit={limit}"] if limit is not None else []
     cfg = resolve(preset, config, [*(overrides or []), *extra], store)
@@ -76,8 +77,6 @@ def eval_(
         title = f"run {run_id} gen {gen}"
         typer.echo(f"wrote {len(frame)} rows to evals run={run_id} gen={gen}", err=True)
     else:
-        from spade_core.llm import make_generator
-
         model = checkpoint or cfg.model.name_or_path
         generator = make_generator(cfg.model.model_copy(update={"name_or_path": model}))
         try:

@@ -14,7 +14,7 @@ from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_
 from spade_core.cli.env_cmd import read_env_files
 from spade_core.envs.contract import env_id_for
 from spade_core.llm import make_generator
-from spade_core.rollout import EpisodeSpec, RolloutEngine
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 
 @clean_errors

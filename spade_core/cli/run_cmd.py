@@ -24,12 +24,12 @@ import typer
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import SpadeConfig
 from spade_core.faults import debugging
-from spade_core.markers import StageRecord, list_markers
 from spade_core.pipeline.run_config import RunConfigMismatch, bind_run_config, stored_config
 from spade_core.pipeline.status import next_generation, run_status
 from spade_core.pipeline.status import stage_names as stages_for
 from spade_core.report.summary import generation_summary, summary_markdown
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord, list_markers
 
 if TYPE_CHECKING:
     from flows.report import ProgressEvent
@@ -93,14 +93,14 @@ class Display:
         self.progress.update(self.task_ids[key], completed=event.done)
 
     def __enter__(self) -> Display:
-        from flows.report import LISTENERS
+        from flows.report import LISTENERS  # Prefect loads only for the commands that run a flow
 
         self.progress.start()
         LISTENERS.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from flows.report import LISTENERS
+        from flows.report import LISTENERS  # Prefect loads only for the commands that run a flow
 
         LISTENERS.remove(self)
         self.progress.stop()
@@ -168,7 +168,7 @@ def run(
     run_id = run_id or time.strftime("run-%Y%m%d-%H%M%S")
     _bind(st, run_id, cfg)
     _quiet_prefect(verbose)
-    from flows.spade import spade_run
+    from flows.spade import spade_run  # Prefect loads only for the commands that run a flow
 
     typer.echo(f"run {run_id}: generations 1..{generations}, store {st.base}, config {cfg.config_hash()}", err=True)
     summaries = _run_flow(
@@ -204,7 +204,7 @@ def resume(
         )
         return
     _quiet_prefect(verbose)
-    from flows.spade import spade
+    from flows.spade import spade  # Prefect loads only for the commands that run a flow
 
     typer.echo(f"run {run_id}: resuming generation {gen} (store {st.base})", err=True)
     summary = _run_flow(spade, run_id=run_id, gen=gen, overrides=overrides or [], store=cfg.store.root)
@@ -231,7 +231,7 @@ def serve(
     from prefect import serve as prefect_serve
     from prefect.deployments.runner import RunnerDeployment
 
-    from flows.spade import spade, spade_eval, spade_run
+    from flows.spade import spade, spade_eval, spade_run  # Prefect loads only here
 
     deployments = [
         spade.to_deployment(name="iteration", description="One SPADE generation (gen defaults to the next one)."),

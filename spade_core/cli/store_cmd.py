@@ -17,7 +17,6 @@ import typer
 
 from spade_core.cli.common import StoreOpt, clean_errors, open_store
 from spade_core.config import StoreConfig
-from spade_core.markers import marker_path, scan_markers
 from spade_core.pipeline.run_config import stored_config
 from spade_core.pipeline.status import generation_complete, generation_phase, next_generation, run_status
 from spade_core.pipeline.status import stage_names as stages_for
@@ -29,7 +28,8 @@ from spade_core.pipeline.verify import (
     missing_inputs,
     schema_problems,
 )
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import marker_path, scan_markers
 
 
 @clean_errors

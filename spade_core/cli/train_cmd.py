@@ -9,7 +9,7 @@ import typer
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import ConfigError
 from spade_core.pipeline.run_config import load_run_config
-from spade_core.train_launch import TrainingError, launch_training
+from spade_core.train.launch import TrainingError, launch_training
 
 
 @clean_errors

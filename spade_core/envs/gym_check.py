@@ -3,7 +3,7 @@
 ``spade env check`` prints these, and a test runs them over every bundled environment. The environment is
 made the way a Gymnasium user makes it, ``gymnasium.make("spade/Jailed-v0", ...)`` (which adds Gymnasium's
 passive checker), and ``gymnasium.utils.env_checker.check_env`` then runs on ``env.unwrapped``, as
-Gymnasium recommends, with its render and close checks. The validator's checks (``spade_core.validate``)
+Gymnasium recommends, with its render and close checks. The validator's checks (``spade_core.envs.validate``)
 still decide admission; this is the Gymnasium user's view of the same environment.
 
 A finding is a warning Gymnasium logged or the error that stopped ``check_env`` (it stops at its first

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox.session import EnvSession
 from spade_core.config import ConfigError
 
 # cmd/games/train_fixed_rlve_4b.sh:30-37: RLVE_ENV_SET=official16
@@ -129,7 +130,6 @@ def jail_has(module: str) -> bool:
     """Whether ``module`` imports in the jail from the system packages (:data:`JAIL_SITE`): a module found
     there may still fail in the jail (numpy's C extension needs its BLAS through ``/etc/alternatives``,
     which the jail does not mount), so the probe loads a module importing it in a real jail."""
-    from sandbox.session import EnvSession
 
     session = EnvSession(_PROBE.format(site=JAIL_SITE, module=module))
     try:

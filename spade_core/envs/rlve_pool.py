@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from spade_core.catalog import query
 from spade_core.envs import rlve
 from spade_core.envs.rlve_difficulty import Window, sample_difficulty, windows
 from spade_core.hashing import short_hash
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import connect, query
 
 if TYPE_CHECKING:
-    from spade_core.pipeline.context import GenerationContext
+    from spade_core.config import SpadeConfig
 
 COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]
 SOURCE = "fixed"
@@ -47,7 +47,6 @@ def _plays(store: Store, run_id: str, before_gen: int) -> pd.DataFrame:
     Only the rollout stage's files count (``rollout-s{k}-{shard}``): plays another command wrote into the
     run (``spade rollout --run-id`` writes ``rollout-cli``) are no training plays and move no window.
     """
-    from spade_core.catalog import connect
 
     files = store.path("tables", "episodes", f"run={run_id}", "gen=*", "rollout-s*.parquet")
     if not store.fs.glob(files):
@@ -142,9 +141,9 @@ def rows(names: tuple[str, ...], state: dict[str, Window], key: str) -> pd.DataF
     return pd.DataFrame(built, columns=COLUMNS)
 
 
-def rlve_pool(ctx: GenerationContext) -> pd.DataFrame:
-    """This generation's RLVE pool; an unknown name is a :class:`~spade_core.envs.rlve.RlveNameError`
+def rlve_pool(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> pd.DataFrame:
+    """Generation ``gen``'s RLVE pool; an unknown name is a :class:`~spade_core.envs.rlve.RlveNameError`
     before anything is written."""
-    names = rlve.resolve(ctx.cfg.designer.fixed_pool or "")
-    state = windows(names, outcomes(ctx.store, ctx.run_id, ctx.gen), **controller(ctx.cfg.designer.model_dump()))
-    return rows(names, state, f"{ctx.cfg.seed}:{ctx.run_id}:{ctx.gen}")
+    names = rlve.resolve(cfg.designer.fixed_pool or "")
+    state = windows(names, outcomes(store, run_id, gen), **controller(cfg.designer.model_dump()))
+    return rows(names, state, f"{cfg.seed}:{run_id}:{gen}")

@@ -29,6 +29,7 @@ The host keeps only the literal decoding and the pure AST comparison.
 
 from __future__ import annotations
 
+import ast
 import copy
 import functools
 import importlib.util
@@ -331,7 +332,6 @@ class BFCLSuite(Suite):
     @staticmethod
     def _keyword_call(item: EvalItem, source: str) -> Call:
         """A ground-truth call (BFCL data, trusted) with positional arguments named from the method signature."""
-        import ast
 
         from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 

@@ -16,9 +16,12 @@ from typing import Any
 import pandas as pd
 
 from spade_core.eval.base import EvalItem, FollowUp, Message, SimulatedTurn, Suite
+from spade_core.eval.registry import resolve_suites
+from spade_core.llm import make_generator
 from spade_core.llm.base import Completion, GenerationRequest, Generator, ModelError, SamplingParams
-from spade_core.schemas import SCHEMAS
 from spade_core.steps import first_step
+from spade_core.store.checkpoints import model_path_for_checkpoint
+from spade_core.store.schemas import SCHEMAS
 
 log = logging.getLogger(__name__)
 COLUMNS: list[str] = list(SCHEMAS["evals"].names)
@@ -192,8 +195,6 @@ def evaluate(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from spade_core.eval import resolve_suites
-
     suites = resolve_suites(suite_names)
     chunk = chunk_size or max(16, int(getattr(generator, "batch_size", 32)))
     frames = []
@@ -252,7 +253,7 @@ def evaluate_checkpoint(
 
     Gen 0 is the base model ``cfg.model.name_or_path``; gen g >= 1 is checkpoint ``g · K`` (the weights after
     the generation's K steps, ``store.checkpoint_dir(run_id, g · K)``), located by
-    ``spade_core.checkpoints.model_path_for_checkpoint``.
+    ``spade_core.store.checkpoints.model_path_for_checkpoint``.
     Rows land at ``run={run_id}/gen={gen}`` with stage ``eval-{suite}``; a rerun replaces them.
 
     Args:
@@ -261,8 +262,6 @@ def evaluate_checkpoint(
         max_new_tokens: tokens per reply (default ``cfg.evaluation.max_new_tokens`` if set, else per suite).
         written: gets the files written (the evaluate stage lists them in its marker).
     """
-    from spade_core.eval import resolve_suites
-
     resolved = resolve_suites(list(suites) if suites is not None else list(cfg.evaluation.suites))
     step = first_step(cfg, gen + 1)  # the checkpoint after generation gen's last step: g · K
     checkpoint = str(cfg.model.name_or_path) if gen == 0 else store.checkpoint_dir(run_id, step)
@@ -291,8 +290,6 @@ def evaluate_checkpoint(
 
 
 def _checkpoint_generator(cfg: Any, store: Any, run_id: str, step: int) -> Generator:
-    from spade_core.checkpoints import model_path_for_checkpoint
-    from spade_core.llm import make_generator
 
     path = model_path_for_checkpoint(cfg, store, run_id, step)
     return make_generator(cfg.model.model_copy(update={"name_or_path": str(path)}))

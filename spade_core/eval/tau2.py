@@ -5,7 +5,7 @@ customer-service dialogues in the ``retail`` (114 tasks) and ``airline`` (50 tas
 An episode follows τ²-bench's orchestrator. The agent (the model under evaluation) gets τ²-bench's agent
 system prompt (its instructions and the domain policy) and the domain's tools as OpenAI-style schemas from
 the domain toolkit, listed in the system prompt with the native calling sentence of
-:mod:`spade_core.agent_prompts`. It opens with τ²-bench's greeting; the simulated user answers; each agent
+:mod:`spade_core.play.agent_prompts`. It opens with τ²-bench's greeting; the simulated user answers; each agent
 reply is either tool calls (parsed by :func:`sandbox.runtime.spade_env.parse_native_calls`, JSON or Qwen-XML
 ``<tool_call>`` blocks; run against the domain environment, each result back as a ``tool`` message) or a
 message to the user, who answers it. The episode ends when the user writes one of τ²-bench's stop tokens
@@ -51,8 +51,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sandbox.runtime.spade_env import parse_native_calls
-from spade_core.agent_prompts import TOOL_HOW
 from spade_core.eval.base import EvalItem, FollowUp, SimulatedTurn, Suite
+from spade_core.play.agent_prompts import TOOL_HOW
 
 DOMAINS = ("retail", "airline")
 TASK_SPLIT = "base"  # τ²-bench's full task set of each domain (its default split)

@@ -12,13 +12,13 @@ __all__ = ["Completion", "GenerationRequest", "Generator", "ModelError", "Sampli
 def make_generator(model_cfg: Any) -> Generator:
     """The configured backend; heavy imports happen only for the one chosen."""
     if model_cfg.backend == "transformers":
-        from spade_core.llm.hf import TransformersGenerator
+        from spade_core.llm.hf import TransformersGenerator  # only the chosen backend's dependencies load
 
         return TransformersGenerator.from_config(model_cfg)
     if model_cfg.backend == "openai":
-        from spade_core.llm.openai_api import OpenAIGenerator
+        from spade_core.llm.openai_api import OpenAIGenerator  # only the chosen backend's dependencies load
 
         return OpenAIGenerator.from_config(model_cfg)
-    from spade_core.llm.vllm_server import VLLMGenerator
+    from spade_core.llm.vllm_server import VLLMGenerator  # only the chosen backend's dependencies load
 
     return VLLMGenerator(model_cfg)

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spade_core.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.base import (
     SEED_BOUND,
     CacheSlot,
@@ -43,6 +42,7 @@ from spade_core.llm.base import (
     SamplingParams,
     seeded,
 )
+from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.embedded import resolve_model
 from spade_core.threads import use_threads
 

@@ -16,8 +16,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from spade_core.chat_tokens import template_kwargs
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
+from spade_core.llm.chat_tokens import template_kwargs
 
 MAX_CONCURRENCY = 64
 

@@ -43,9 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spade_core.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
+from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.embedded import cache_dir, resolve_model
+from spade_core.llm.hf import load_tokenizer, pick_device
 from spade_core.llm.server_process import ServerProcess, free_port
 from spade_core.llm.untied import untied_view
 
@@ -141,7 +142,6 @@ class VLLMGenerator:
     def __init__(
         self, model_cfg: Any, server_command: list[str] | None = None, startup_timeout_s: float = 600.0
     ) -> None:
-        from spade_core.llm.hf import load_tokenizer, pick_device
 
         self.cfg = model_cfg
         self.template = list(server_command or model_cfg.server_command or VLLM_COMMAND)

@@ -24,13 +24,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from spade_core.config import SpadeConfig
-from spade_core.schemas import SCHEMAS
+from spade_core.designer.memory import Memory
 from spade_core.steps import first_step
-from spade_core.store import Store, StoreError, WrittenFile
+from spade_core.store.artifacts import Store, StoreError, WrittenFile
+from spade_core.store.markers import listed_files
+from spade_core.store.schemas import SCHEMAS
+from spade_core.store.verdicts import final_designs
 
 if TYPE_CHECKING:
-    from spade_core.markers import StageRecord
-    from spade_core.memory import Memory
+    from spade_core.store.markers import StageRecord
 
 
 class UndeclaredTable(RuntimeError):
@@ -143,7 +145,7 @@ class GenerationContext:
 
         The files are those the stages' markers list (the input records this execution was given, else the
         markers in the store); a stage without a marker, or a listed file that is gone, is a
-        :class:`~spade_core.store.StoreError` naming it.
+        :class:`~spade_core.store.artifacts.StoreError` naming it.
         """
         self._declared(table, "read")
         files = [path for stage in stages for path in self._listed(table, stage)]
@@ -157,7 +159,6 @@ class GenerationContext:
 
     def _listed(self, table: str, stage: str) -> list[str]:
         """The files of ``table`` that ``stage``'s marker lists (a sharded stage's lists its shards' files)."""
-        from spade_core.markers import listed_files
 
         files = listed_files(self.store, self.run_id, self.gen, stage, table, record=self.upstream.get(stage))
         if files is None:
@@ -182,8 +183,6 @@ class GenerationContext:
         """The memory snapshot of generation ``gen - 1`` (the seeded memory before the first), read once."""
         self._declared("memory", "read")
         if "memory" not in self._memo:
-            from spade_core.memory import Memory
-
             self._memo["memory"] = Memory.load(self.store, self.run_id, self.gen - 1, self.cfg.memory)
         return self._memo["memory"]
 
@@ -195,8 +194,7 @@ class GenerationContext:
         return self.store.read_table(table, self.run_id, self.gen - 1, stages=[stage])
 
     def final_designs(self, *, novelty: bool = True) -> pd.DataFrame:
-        """This generation's designs with their final verdicts (:func:`spade_core.verdicts.final_designs`)."""
-        from spade_core.verdicts import final_designs
+        """This generation's designs with their final verdicts (:func:`spade_core.store.verdicts.final_designs`)."""
 
         for table in ("designs", "validations", *(("novelty",) if novelty else ())):
             self._declared(table, "read")

@@ -3,7 +3,7 @@ tasks' worker processes and the local runner alike).
 
 A stage asks for the model through a *lease* (:data:`spade_core.pipeline.stage.GeneratorLease`); the lease
 resolves the model a step plays with (checkpoint ``step``, the newest complete one at or before it, downloaded
-or merged once by :mod:`spade_core.checkpoints`), loads it on first use and keeps it for the next stage
+or merged once by :mod:`spade_core.store.checkpoints`), loads it on first use and keeps it for the next stage
 in the same process. An in-process model (``transformers``) serves one stage at a time — shards of a
 stage then run one after another at full batch size, each finishing (and being kept) on its own —
 while server backends (``openai``, ``vllm``) take concurrent stages. Loading a newer checkpoint closes the
@@ -16,14 +16,17 @@ turns, the server restarting after the update.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from spade_core.llm import make_generator
 from spade_core.llm.base import Generator
 from spade_core.pipeline.stage import GeneratorLease
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import model_cfg_for_step
 
 _LOCK = threading.Lock()
 _CHANGED = threading.Condition(_LOCK)  # notified when a lease ends or a device turn ends
@@ -57,8 +60,6 @@ def _load(model_cfg: Any, one_at_a_time: bool) -> tuple[str, Generator, threadin
                 _close(_evict(keep=key))
                 _LOADED[key][0].load_checkpoint(model_cfg.name_or_path)  # type: ignore[attr-defined]
             else:
-                from spade_core.llm import make_generator
-
                 _close(_evict(keep=key))  # idle: nobody waits on their locks
                 in_process = model_cfg.backend == "transformers"
                 _LOADED[key] = (make_generator(model_cfg), threading.Lock() if in_process else None)
@@ -88,8 +89,6 @@ def _close(held: list[tuple[Generator, threading.Lock | None]]) -> None:
     for generator, _exclusive in held:
         generator.close()
     if held:
-        import gc
-
         gc.collect()
 
 
@@ -113,7 +112,6 @@ def lease_for(cfg: Any, store: Store, run_id: str, step: int) -> GeneratorLease:
     until it is used). On a GPU one model is loaded at a time."""
 
     def lease() -> contextlib.AbstractContextManager[Generator]:
-        from spade_core.checkpoints import model_cfg_for_step
 
         return _leased(model_cfg_for_step(cfg, store, run_id, step), cfg.model.device != "cpu")
 

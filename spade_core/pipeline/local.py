@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from spade_core.config import SpadeConfig
 from spade_core.llm.base import Generator
-from spade_core.markers import StageRecord
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.leases import lease_for, release_models
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.runner import Watcher, run_generation_stages, run_generations
 from spade_core.pipeline.stage import GeneratorLease, LeaseAt, Stage, execute, finish
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord
 
 
 def _done(record: StageRecord) -> Future[StageRecord]:

@@ -38,8 +38,8 @@ from spade_core.pipeline.stages import (
     train,
     validate,
 )
-from spade_core.schemas import SCHEMAS
 from spade_core.stage_names import STEP_STAGES, instance_name
+from spade_core.store.schemas import SCHEMAS
 
 
 def designing(cfg: SpadeConfig, gen: int) -> bool:
@@ -47,7 +47,7 @@ def designing(cfg: SpadeConfig, gen: int) -> bool:
     return not cfg.designer.fixed_pool
 
 
-# What the judged designs are read from (:func:`spade_core.verdicts.final_designs`).
+# What the judged designs are read from (:func:`spade_core.store.verdicts.final_designs`).
 VERDICTS = ("designs", "validations", "novelty")
 
 STAGES: tuple[Stage, ...] = (

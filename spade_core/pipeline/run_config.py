@@ -16,8 +16,8 @@ from typing import Any
 from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config, load_config_text
 from spade_core.envs import rlve
 from spade_core.llm.context import check_token_budgets
-from spade_core.markers import artifact_hash, bound_settings
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import artifact_hash, bound_settings
 
 DEFAULT_PRESET = "tiny"
 

@@ -28,12 +28,12 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from spade_core.config import SpadeConfig
-from spade_core.markers import StageRecord, read_marker
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.registry import chain_for, previous_names
 from spade_core.pipeline.schedule import run_stages as schedule
 from spade_core.pipeline.stage import Stage, previous_records, shard_count, upstream_for
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord, read_marker
 
 log = logging.getLogger(__name__)
 

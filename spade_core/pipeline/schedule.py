@@ -14,8 +14,8 @@ import contextvars
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from spade_core.markers import StageRecord
 from spade_core.pipeline.stage import Stage
+from spade_core.store.markers import StageRecord
 
 
 def dependencies(stages: list[Stage]) -> dict[str, set[str]]:

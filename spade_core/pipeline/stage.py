@@ -24,7 +24,12 @@ from typing import Any, cast
 
 from spade_core.config import SpadeConfig
 from spade_core.llm.base import Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
-from spade_core.markers import (
+from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.verify import file_problems
+from spade_core.steps import first_step
+from spade_core.store.artifacts import WrittenFile
+from spade_core.store.checkpoints import newest_checkpoint_at_or_below
+from spade_core.store.markers import (
     StageRecord,
     artifact_hash,
     combined_digest,
@@ -34,10 +39,6 @@ from spade_core.markers import (
     read_marker,
     write_marker,
 )
-from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.verify import file_problems
-from spade_core.steps import first_step
-from spade_core.store import WrittenFile
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class Stage:
         may_lag: a per-step stage that may use a checkpoint up to ``orchestration.max_staleness`` steps
             older than its step's, so that it overlaps the previous step's update (the rollout).
         step: set on an instance: the step ``k`` within the generation it belongs to (None: no step).
-        reads: the tables its body reads (:data:`spade_core.schemas.SCHEMAS` names); the context refuses
+        reads: the tables its body reads (:data:`spade_core.store.schemas.SCHEMAS` names); the context refuses
             any other.
         writes: the tables it writes (``checkpoint``: the trainer's weights); the context refuses any
             other, and every file it writes is listed in its marker.
@@ -311,7 +312,6 @@ def resolve_policy_step(cfg: SpadeConfig, store: Any, run_id: str, gen: int, sta
     With asynchronous generations the design chain of generation ``gen`` runs while generation ``gen - 1``
     still trains, so its target checkpoint does not exist yet: it takes the newest one at that moment.
     """
-    from spade_core.checkpoints import newest_checkpoint_at_or_below
 
     return newest_checkpoint_at_or_below(store, run_id, target_step(cfg, gen, stage))
 

@@ -2,7 +2,7 @@
 so ``spade status`` and ``spade resume`` need nothing but the store.
 
 The stage list comes from :func:`spade_core.pipeline.registry.stages_for`; completeness from the stage
-markers (:mod:`spade_core.markers`): a stage is done when its marker is there and every file it
+markers (:mod:`spade_core.store.markers`): a stage is done when its marker is there and every file it
 lists is intact.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from spade_core.config import SpadeConfig
-from spade_core.markers import MarkerScan, StageRecord, scan_markers
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.verify import Listings, file_problems
 from spade_core.stage_names import STEP_STAGES, instance_name
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import MarkerScan, StageRecord, scan_markers
 
 
 def stage_names(cfg: SpadeConfig, gen: int) -> list[str]:

@@ -5,7 +5,7 @@ afterwards is outside the pipeline: a file deleted, truncated, replaced or chang
 a disk error, a user's ``rm``), a marker cut short, or a marker edited to name a file elsewhere. The checks:
 
 - :func:`file_problems` (every reuse, ``spade status``, ``spade verify``): each listed file lies inside the
-  store (:meth:`~spade_core.store.Store.confine`: no ``..``, no path elsewhere, no symbolic link), exists
+  store (:meth:`~spade_core.store.artifacts.Store.confine`: no ``..``, no path elsewhere, no symbolic link), exists
   with its recorded size (one fresh listing per directory, shared through ``listings``) and has its recorded
   digest (the sha256 of its bytes, read in chunks; ``content=False`` skips it: ``spade verify --quick``). A
   file's digest is computed once per process for one (path, size, stamp): the whole-stage marker of a
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spade_core.markers import MarkerScan, StageRecord, scan_markers, stages_dir
-from spade_core.schemas import SCHEMAS
-from spade_core.store import Store, StoreError
+from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.markers import MarkerScan, StageRecord, scan_markers, stages_dir
+from spade_core.store.schemas import SCHEMAS
 
 Listings = dict[str, dict[str, tuple[int, str]]]  # directory -> {path: (size, stamp)}, one listing each
 
@@ -177,7 +177,7 @@ def dependants(markers: dict[int, dict[str, StageRecord]], damaged: Iterable[tup
     A marker depends on another when its input digests name it (``gen{g}/{name}``): the whole marker of a
     sharded stage on its shards, a later stage on its inputs, the next generation on what it carries over.
 
-    >>> from spade_core.markers import digests
+    >>> from spade_core.store.markers import digests
     >>> def rec(name, gen=1, *after):
     ...     return StageRecord(stage=name, run_id="r", gen=gen, artifact_hash="a", digest=name,
     ...                        inputs=digests(*after))

@@ -26,8 +26,8 @@ from pathlib import Path
 from spade_core.report import page, plots
 from spade_core.report.data import ReportError, RunData, list_runs, load_run
 from spade_core.report.summary import raw_label, variant_of
-from spade_core.store import Store
-from spade_core.timeline import overlap_fraction, train_seconds
+from spade_core.report.timeline import overlap_fraction, train_seconds
+from spade_core.store.artifacts import Store
 
 __all__ = ["ReportError", "RunData", "default_out_dir", "figures", "list_runs", "load_run", "write_report"]
 

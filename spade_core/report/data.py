@@ -9,7 +9,7 @@ Definitions (docs/DESIGN.md §7):
 - **designed**: ``designs`` rows of the designer's replies (``attempt`` 0; repairs are further attempts);
   **with code**: those whose reply held a ```python block; **valid**: designs whose final verdict is ok —
   the validation of their highest attempt, unless the novelty stage marked it ``novel = false`` (the
-  same rule as ``spade_core/verdicts.py``); **scored**: ``env_scores`` rows of valid designs.
+  same rule as ``spade_core/store/verdicts.py``); **scored**: ``env_scores`` rows of valid designs.
   ``env_scores`` also holds rows for invalid designs (all zeros), not counted in the win-rate or regret
   distributions, and rows without a ``design_id`` for replayed / fixed-pool environments, which are valid
   by construction.
@@ -23,7 +23,7 @@ Definitions (docs/DESIGN.md §7):
   rewarded nothing counts 0 designs.
 - **learning curve**: per global step ``s`` (``episodes.policy_step``: the checkpoint that played), the
   no-hint win rate — the mean return of the run's no-hint plays at that step, a play with an ``error_type``
-  counting as return 0 (the rule of ``spade_core/scoring.py``) — overall, per skill, per pool source
+  counting as return 0 (the rule of ``spade_core/method/scoring.py``) — overall, per skill, per pool source
   (``pool.source``: design, replay, starter, fixed) and per (skill, source). Skill and source come from the
   ``pool`` row of the play's environment in its generation ("unknown" without one). Hinted plays are left
   out, and so are plays no checkpoint of the run made (``policy_step`` −1: ``spade demo``, ``spade rollout``).
@@ -34,7 +34,7 @@ Definitions (docs/DESIGN.md §7):
 - Times come from the store's file modification times (the tables carry no timestamps): when the run's
   first and last artifacts were written.
 - **timeline**: one row per stage of each generation, placed in time by its completion marker
-  (``runs/{run_id}/gen={g}/stages/*.json``; :func:`spade_core.timeline.stage_timeline`): start and end in
+  (``runs/{run_id}/gen={g}/stages/*.json``; :func:`spade_core.report.timeline.stage_timeline`): start and end in
   seconds since the run's first stage started.
 """
 
@@ -49,10 +49,11 @@ import pandas as pd
 import yaml
 
 from sandbox.outcome import ENV_ERROR_TYPES
-from spade_core.catalog import connect
-from spade_core.markers import list_markers
-from spade_core.store import Store, StoreError
-from spade_core.timeline import stage_timeline
+from spade_core.envs.rlve_pool import controller, difficulty_history
+from spade_core.report.timeline import stage_timeline
+from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.catalog import connect
+from spade_core.store.markers import list_markers
 
 
 class ReportError(StoreError):
@@ -184,7 +185,6 @@ def difficulty_table(store: Store, run_ids: list[str], ks: list[int]) -> pd.Data
     """:data:`DIFFICULTY_COLUMNS` of those of ``run_ids`` (with their K, ``ks``) that played RLVE pools
     (:func:`spade_core.envs.rlve_pool.difficulty_history`); ``step`` = the training step the generation's
     plays came before, (gen − 1) · K."""
-    from spade_core.envs.rlve_pool import controller, difficulty_history
 
     frames = []
     for run_id, k in zip(run_ids, ks, strict=True):
@@ -226,7 +226,7 @@ class RunData:
     top_envs: pd.DataFrame
     learning_curve: pd.DataFrame  # step, gen, level, skill, source, plays, errors, win_rate
     steps_per_generation: int | None  # K, from the stored config or the plays; None without either
-    timeline: pd.DataFrame  # gen, stage, kind, step, start, end, seconds (spade_core.timeline.stage_timeline)
+    timeline: pd.DataFrame  # gen, stage, kind, step, start, end, seconds (spade_core.report.timeline.stage_timeline)
     baseline: Baseline | None = None
     baseline_candidates: list[str] = field(default_factory=list)
     # the baseline run's designer reward per generation (DESIGNER_REWARD_COLUMNS; empty: none or no rows)

@@ -357,7 +357,7 @@ def timeline(frame: pd.DataFrame, overlap: float | None = None) -> bytes | None:
     """Gantt chart of the run's stages: two lanes per generation (its design chain; its steps and the
     stages after them), bars coloured by kind, x in minutes since the run's first stage started.
 
-    ``overlap`` (:func:`spade_core.timeline.overlap_fraction`), when given, goes into the title.
+    ``overlap`` (:func:`spade_core.report.timeline.overlap_fraction`), when given, goes into the title.
     """
     if frame.empty:
         return None

@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.markers import StageRecord
 from spade_core.report.data import read_config
-from spade_core.store import Store
-from spade_core.verdicts import final_verdicts
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import StageRecord
+from spade_core.store.verdicts import final_verdicts
 
 
 def variant_of(config: dict[str, Any]) -> str | None:

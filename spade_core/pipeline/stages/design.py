@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from spade_core.config import SpadeConfig
-from spade_core.design import (
+from spade_core.designer.design import (
     design_id_for,
     design_messages,
     design_row,
@@ -25,15 +25,15 @@ from spade_core.design import (
     skills_for_generation,
     truncate_document,
 )
+from spade_core.designer.memory import Memory
+from spade_core.designer.mutation import choose_parent, without_docstring
+from spade_core.designer.parameters import parameter_block
+from spade_core.designer.repairs import repair_code
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import multiturn_example
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
-from spade_core.memory import Memory
-from spade_core.mutation import choose_parent, without_docstring
-from spade_core.parameters import parameter_block
 from spade_core.pipeline.context import GenerationContext
-from spade_core.repairs import repair_code
-from spade_core.shards import shard_count, shard_rows
+from spade_core.pipeline.shards import shard_count, shard_rows
 
 NAME = "design"
 
@@ -103,7 +103,7 @@ def sampling(ctx: GenerationContext, seed: int) -> SamplingParams:
 
 
 def with_repairs(row: dict[str, Any], repairs: Sequence[str]) -> dict[str, Any]:
-    """``row`` (a :func:`~spade_core.design.design_row`) with its code repaired before validation: ``code`` and
+    """``row`` (a :func:`~spade_core.designer.design.design_row`) with its code repaired before validation: ``code`` and
     ``env_id`` become the repaired code's, ``repairs`` lists the repairs that changed it and
     ``unrepaired_env_id`` is the digest of the code as the model wrote it (schemas: ``designs``).
 

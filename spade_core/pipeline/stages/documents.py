@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.corpus import sample_documents
+from spade_core.designer.corpus import sample_documents
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from spade_core.config import SpadeConfig
+from spade_core.eval import evaluate_checkpoint
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.store import WrittenFile
+from spade_core.store.artifacts import WrittenFile
+from spade_core.store.checkpoints import checkpoint_complete
 
 NAME = "evaluate"
 
@@ -21,8 +23,6 @@ def due(cfg: SpadeConfig, gen: int) -> bool:
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
-    from spade_core.checkpoints import checkpoint_complete
-    from spade_core.eval import evaluate_checkpoint
 
     if not checkpoint_complete(ctx.store, ctx.run_id, ctx.gen * ctx.steps):
         return {"skipped_reason": f"generation {ctx.gen} wrote no checkpoint (training.enabled is false)"}

@@ -2,7 +2,7 @@
 
 A hint that contains the solution of a seed the hinted plays will use leaks it. Such a hint is rewritten,
 up to ``rollout.hint_rewrites`` [1] times, by a request that quotes what leaked and asks for a hint that
-does not give the answer away (:func:`spade_core.hints.rewrite_messages`); each round rewrites only the
+does not give the answer away (:func:`spade_core.play.hints.rewrite_messages`); each round rewrites only the
 hints still leaking, in one batched call. The stored hint is the last one, flagged ``leaks_solution`` when
 it still leaks: its environment is still played with it (the plays are kept), and scoring gives it no
 regret term (``env_scores.hint_leaked``). A rewrite that fails or comes back empty keeps the previous hint.
@@ -20,12 +20,12 @@ import pandas as pd
 
 from sandbox.session import EnvSession, run_parallel
 from spade_core.config import sampling_cut
+from spade_core.envs.validate import limits_from_config
 from spade_core.hashing import short_hash
-from spade_core.hints import hint_messages, hint_row, leaked_values, read_hint, rewrite_messages
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.rollout import hint_seeds
-from spade_core.validate import limits_from_config
+from spade_core.play.hints import hint_messages, hint_row, leaked_values, read_hint, rewrite_messages
 
 NAME = "hint"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from spade_core.designer.memory import STAGE, win_fractions
 from spade_core.llm.base import Generator
-from spade_core.memory import STAGE, win_fractions
 from spade_core.pipeline.context import GenerationContext
 from spade_core.stage_names import instance_name
 

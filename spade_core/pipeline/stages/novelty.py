@@ -7,10 +7,10 @@ Two checks, each on when configured; their verdicts are rows of this stage's own
   (the snapshot of ``gen - 1``) or to an earlier accepted design of this generation exceeds the threshold
   gets ``novel = false``;
 - ``designer.mode: mutate``: a valid design whose lines match its parent's more than
-  ``designer.parent_max_similarity`` (:func:`spade_core.mutation.parent_similarity`) gets ``novel = false``:
+  ``designer.parent_max_similarity`` (:func:`spade_core.designer.mutation.parent_similarity`) gets ``novel = false``:
   a copy of the parent is not a new environment. Such a design is not embedded. With ``designer.mode:
   parameters`` the similarity is the share of the parent's parameters the design leaves unchanged
-  (:func:`spade_core.parameters.parameter_similarity`).
+  (:func:`spade_core.designer.parameters.parameter_similarity`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import pandas as pd
 
+from spade_core.designer.mutation import parent_codes, parent_similarity
+from spade_core.designer.novelty import default_embedder, novelty_filter
+from spade_core.designer.parameters import parameter_similarity
 from spade_core.llm.base import Generator
-from spade_core.mutation import parent_codes, parent_similarity
-from spade_core.novelty import default_embedder, novelty_filter
-from spade_core.parameters import parameter_similarity
 from spade_core.pipeline.context import GenerationContext
 
 NAME = "novelty"

@@ -13,12 +13,14 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.catalog import query
+from spade_core.designer.memory import Memory
+from spade_core.designer.novelty import default_embedder, pool_diversity
+from spade_core.envs.rlve_pool import rlve_pool
 from spade_core.envs.seeds import SeedEnv, load_seed_envs, load_starter_envs
 from spade_core.llm.base import Generator
-from spade_core.memory import Memory
 from spade_core.pipeline.context import GenerationContext
-from spade_core.shards import shard_count
+from spade_core.pipeline.shards import shard_count
+from spade_core.store.catalog import query
 
 NAME = "pool"
 COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]
@@ -66,9 +68,7 @@ def fixed_pool(ctx: GenerationContext) -> pd.DataFrame:
     """The fixed-environment baseline's pool: the seed library, the starters, a stored run's valid envs, or RLVE's."""
     source = ctx.cfg.designer.fixed_pool or "seeds"
     if source.startswith("rlve:"):
-        from spade_core.envs.rlve_pool import rlve_pool
-
-        return rlve_pool(ctx)
+        return rlve_pool(ctx.cfg, ctx.store, ctx.run_id, ctx.gen)
     if source == "seeds":
         return library_rows(load_seed_envs(), "fixed")
     if source == "starters":
@@ -95,8 +95,6 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     ctx.write("pool", envs)
     diversity = None
     if ctx.cfg.memory.report_diversity and not envs.empty:
-        from spade_core.novelty import default_embedder, pool_diversity
-
         diversity = pool_diversity(list(envs["code"]), default_embedder())
     return {
         "env_ids": list(envs["env_id"]),

@@ -11,8 +11,8 @@ Runs after the generation's last step, when every play of the window exists:
 - ``learning_potential`` continues the EMA state stored by the previous generation's reward stage.
 
 The rows go to ``designer_rewards`` with ``train_step`` = the generation's first step + D
-(``designer.training_delay``, default K); :func:`spade_core.train.build_batch` trains them at that step.
-The pure functions live in :mod:`spade_core.designer_reward`.
+(``designer.training_delay``, default K); :func:`spade_core.train.step.build_batch` trains them at that step.
+The pure functions live in :mod:`spade_core.method.designer_reward`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import SpadeConfig
-from spade_core.designer_reward import designer_rewards, env_reward_scale, window_inputs
-from spade_core.hints import leaked_env_ids
-from spade_core.learning_potential import LearningPotentialState
 from spade_core.llm.base import Generator
+from spade_core.method.designer_reward import designer_rewards, env_reward_scale, window_inputs
+from spade_core.method.learning_potential import LearningPotentialState
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.rollout import no_hint_plays
+from spade_core.play.hints import leaked_env_ids
 from spade_core.stage_names import instance_name
 from spade_core.steps import designer_delay
 

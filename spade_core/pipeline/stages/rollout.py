@@ -19,8 +19,8 @@ from spade_core.config import SpadeConfig
 from spade_core.hashing import short_hash
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.rollout import EpisodeSpec, RolloutEngine
-from spade_core.shards import shard_rows
+from spade_core.pipeline.shards import shard_rows
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 NAME = "rollout"
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.hints import leaked_env_ids
 from spade_core.llm.base import Generator
+from spade_core.method.scoring import broken_env_ids, score_environments
 from spade_core.pipeline.context import GenerationContext
-from spade_core.scoring import broken_env_ids, score_environments
+from spade_core.play.hints import leaked_env_ids
 from spade_core.stage_names import instance_name
 
 NAME = "score"

@@ -9,7 +9,7 @@ they do it at each later step of a pool, this project once before the pool's fir
 in the paper presets.
 
 Every design, retry, document and verdict of this stage is a row of its own files (``topup``), read with
-validate's by :mod:`spade_core.verdicts`, so the pool, the scores, the designer's reward and its
+validate's by :mod:`spade_core.store.verdicts`, so the pool, the scores, the designer's reward and its
 training see a topped-up design like any other.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import SpadeConfig
-from spade_core.design import design_id_for
+from spade_core.designer.design import design_id_for
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.design import generate_rows, prompt_for, prompt_plan

@@ -13,13 +13,13 @@ from typing import Any
 
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
+from spade_core.store.checkpoints import checkpoint_files
+from spade_core.train.launch import launch_training
 
 NAME = "train"
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
-    from spade_core.checkpoints import checkpoint_files
-    from spade_core.train_launch import launch_training
 
     written = ctx.global_step + 1
     summary = launch_training(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, ctx.step or 0, echo=ctx.echo)

@@ -6,10 +6,10 @@ error is fed back to the model) or a fresh design of the same skill from a fresh
 retry). Every retry is a new ``designs`` row of its own (same ``design_id``, ``attempt`` = its number,
 file ``designs/validate-{k}``), its document a ``documents`` row (file ``documents/validate-{k}``) and its verdict a new
 ``validations`` row, so nothing the design stage wrote is ever rewritten. The verdict of a design is the
-one of its highest attempt (:func:`spade_core.verdicts.final_designs`); failed attempts are never
+one of its highest attempt (:func:`spade_core.store.verdicts.final_designs`); failed attempts are never
 trained on. Every attempt's code was repaired before it is validated here (``validation.code_repairs``;
 the ``repairs`` column of its design row says which repairs changed it). With ``validation.llm_validator``
-the stage's model then judges every tool-use design that passed (:mod:`spade_core.llm_validator`); its
+the stage's model then judges every tool-use design that passed (:mod:`spade_core.designer.llm_validator`); its
 verdict and reasoning go into the validation row, and a ``no`` makes the attempt ``unsolvable``, retried as
 any failed attempt. ``validation.reset_gate`` is off in generation 1, as the authors'.
 """
@@ -23,16 +23,16 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import sampling_cut
-from spade_core.corpus import sample_documents
-from spade_core.design import REPAIR_MODULE, REPAIR_PARAMETERS, design_row, repair_messages
+from spade_core.designer.corpus import sample_documents
+from spade_core.designer.design import REPAIR_MODULE, REPAIR_PARAMETERS, design_row, repair_messages
+from spade_core.designer.llm_validator import judge
+from spade_core.designer.mutation import parent_codes
+from spade_core.designer.parameters import ParameterError, make_variant
+from spade_core.envs.validate import validate_many
 from spade_core.hashing import short_hash
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
-from spade_core.llm_validator import judge
-from spade_core.mutation import parent_codes
-from spade_core.parameters import ParameterError, make_variant
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_repairs
-from spade_core.validate import validate_many
 
 NAME = "validate"
 
@@ -81,7 +81,7 @@ def variant_failure(parent_code: str | None, design: Any, ctx: GenerationContext
 
 
 def judge_designs(ctx: GenerationContext, rows: list[dict[str, Any]], codes: list[str], generator: Generator) -> None:
-    """The LLM validator on designs that passed (:mod:`spade_core.llm_validator`), in place on their
+    """The LLM validator on designs that passed (:mod:`spade_core.designer.llm_validator`), in place on their
     validation ``rows``: the verdict and reasoning, and a ``no`` turns the row into an ``unsolvable``."""
     cfg = ctx.cfg.validation
     params = SamplingParams.from_config(

@@ -18,9 +18,9 @@ from sandbox.session import EnvSession, Replay, run_parallel
 from spade_core.config import SpadeConfig
 from spade_core.envs.contract import split_actions
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
+from spade_core.envs.validate import limits_from_config, validate_many
 from spade_core.hashing import short_hash
-from spade_core.store import Store
-from spade_core.validate import limits_from_config, validate_many
+from spade_core.store.artifacts import Store
 
 SCRIPTED_CONDITIONS = ("reference", "empty")
 

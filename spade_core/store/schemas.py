@@ -47,7 +47,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             # the designer is trained on exactly these tokens, with truncated importance sampling.
             _f("completion_ids", pa.list_(pa.int32()), True),
             _f("logprobs", pa.list_(pa.float32()), True),
-            # The code repairs (validation.code_repairs, spade_core/repairs.py) that changed the extracted code
+            # The code repairs (validation.code_repairs, spade_core/designer/repairs.py) that changed the extracted code
             # before it was validated, in the order they ran; [] = validated as the model wrote it. ``code`` and
             # ``env_id`` are the repaired code and its digest; ``unrepaired_env_id`` is the digest of the code
             # as extracted (equal to env_id when nothing was repaired; null without code). Null on rows of a

@@ -2,7 +2,7 @@
 
 A corpus is Parquet (a file or a glob) or JSON Lines (``.jsonl``, ``.ndjson``, ``.json``) with a ``text``
 column and an optional ``title`` column, on a local path or ``s3://bucket/key``. S3 is read through an s3fs
-filesystem registered with DuckDB (no httpfs extension offline; see ``spade_core.catalog``).
+filesystem registered with DuckDB (no httpfs extension offline; see ``spade_core.store.catalog``).
 
 Sampling happens inside DuckDB, never by loading the corpus into pandas: every non-blank row gets the key
 ``md5_number('{seed}:{text}')`` and the ``n`` smallest keys are taken (a top-N, so memory is bounded by
@@ -41,9 +41,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spade_core.cachedir import build_once
-from spade_core.fs import s3_filesystem
 from spade_core.hashing import short_hash
 from spade_core.llm.embedded import cache_dir
+from spade_core.store.fs import s3_filesystem
 
 EMBEDDED = "embedded"
 EMBEDDED_SOURCE = "embedded:wikipedia-leads"

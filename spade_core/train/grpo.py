@@ -27,12 +27,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spade_core.train_data import AGENT, DESIGNER, Batch, Sample
+from spade_core.train.data import AGENT, DESIGNER, Batch, Sample
 
 MICRO_GROUP = 2  # TRL's num_generations: rows handed out per dataset row (advantages are SPADE's own)
 
@@ -81,7 +83,6 @@ class StoredRollouts:
 
 
 def _padding(sample: Sample) -> Sample:
-    from dataclasses import replace
 
     return replace(sample, env_mask=[0] * len(sample.completion_ids), advantage=0.0, source_id="")
 
@@ -462,7 +463,6 @@ def _config_class() -> Any:
     built = globals().get("SpadeGRPOConfig")
     if built is not None:
         return built
-    import dataclasses
 
     from trl import GRPOConfig
 

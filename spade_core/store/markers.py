@@ -14,7 +14,7 @@ deterministic files. A marker file that does not read as the marker of its place
 counts as damaged, never as an error: it is listed as such and its stage runs again.
 
 Markers are store content: the pipeline writes them, and readers outside it (the final verdicts of
-:mod:`spade_core.verdicts`, which the trainer subprocess reads, the report, the timeline, the CLI) take the
+:mod:`spade_core.store.verdicts`, which the trainer subprocess reads, the report, the timeline, the CLI) take the
 files they list, so this module imports nothing of :mod:`spade_core.pipeline`.
 """
 
@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from spade_core.config import SpadeConfig
 from spade_core.hashing import short_hash
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
 
 log = logging.getLogger(__name__)
 

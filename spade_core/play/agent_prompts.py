@@ -1,7 +1,7 @@
 """The agent's prompts per environment kind (docs/DESIGN.md §7 step 6), under ``rollout.agent_prompt``.
 
 ``ours``: a game gets a system prompt that states which ``\\boxed{}`` the engine plays (the first under
-``rollout.action: boxed``, as :func:`spade_core.actions.game_action` takes it; the last under ``reply``, as
+``rollout.action: boxed``, as :func:`spade_core.play.actions.game_action` takes it; the last under ``reply``, as
 the environments' ``parse_boxed`` takes it), then each observation as a user message.
 
 ``authors`` (the authors' ``qwen3_game`` template, ``spade/core/orchestrator.py:256-265``): no system
@@ -26,7 +26,7 @@ GAME_SYSTEM = (
     "step briefly, then end your reply with exactly one action written inside \\boxed{{...}}, for example "
     "\\boxed{{42}}. Only the {which} \\boxed{{...}} in your reply counts."
 )
-# Which box the engine plays under each rollout.action (spade_core/actions.py; the environments' parse_boxed).
+# Which box the engine plays under each rollout.action (spade_core/play/actions.py; the environments' parse_boxed).
 BOX_PLAYED = {"boxed": "first", "reply": "last"}
 
 # The authors' actor template (orchestrator.py:256-265): its three lines, as the model sees them.

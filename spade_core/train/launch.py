@@ -1,4 +1,4 @@
-"""Run one optimizer step as ``accelerate launch -m spade_core.train`` (docs/DESIGN.md §7, §10).
+"""Run one optimizer step as ``accelerate launch -m spade_core.train.step`` (docs/DESIGN.md §7, §10).
 
 Training is a subprocess of the pipeline so one setting, ``training.accelerate_config`` (a file under
 ``data/accelerate/``), moves it from the CPU to one GPU to several GPUs (DDP, FSDP, DeepSpeed) without
@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from spade_core.checkpoints import read_marker
-from spade_core.devices import training_env
 from spade_core.resources import data_dir
 from spade_core.steps import global_step
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import read_marker
+from spade_core.train.devices import training_env
 
 ACCELERATE_DIR = data_dir("accelerate")
 
@@ -42,7 +42,7 @@ class TrainSummary:
     gen: int
     checkpoint: str | None
     step: int = 0  # the global step: trains checkpoint ``step``, writes checkpoint ``step + 1``
-    kind: str | None = None  # full | lora | unchanged (see spade_core.checkpoints.KINDS)
+    kind: str | None = None  # full | lora | unchanged (see spade_core.store.checkpoints.KINDS)
     steps: int = 0  # optimizer steps taken (1, or 0 when nothing was trained)
     agent_samples: int = 0  # samples in the update: those left out (dropped_samples) are not counted
     designer_samples: int = 0
@@ -115,7 +115,7 @@ def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int, step: 
         if not on_gpu:
             launch += ["--cpu"]
     args = ["--run-id", run_id, "--gen", str(gen), "--step", str(step), "--config", config_file]
-    return [*launch, "-m", "spade_core.train", *args]
+    return [*launch, "-m", "spade_core.train.step", *args]
 
 
 def launch_training(

@@ -128,7 +128,7 @@ class ReadOnlyFileSystem(fsspec.AbstractFileSystem):
     >>> ro.open("spadero:///t/b.txt", "wb")
     Traceback (most recent call last):
     ...
-    spade_core.fs.ReadOnlyError: read-only: cannot write spadero:///t/b.txt
+    spade_core.store.fs.ReadOnlyError: read-only: cannot write spadero:///t/b.txt
     """
 
     cachable = False

@@ -1,7 +1,7 @@
 """One optimizer step of both roles with TRL's ``GRPOTrainer`` (docs/DESIGN.md §7).
 
-Run as ``accelerate launch -m spade_core.train --run-id R --gen G --step K --config FILE`` (the pipeline
-does this through :func:`spade_core.train_launch.launch_training`). Step ``K`` of generation ``G`` is the
+Run as ``accelerate launch -m spade_core.train.step --run-id R --gen G --step K --config FILE`` (the pipeline
+does this through :func:`spade_core.train.launch.launch_training`). Step ``K`` of generation ``G`` is the
 global step ``s = (G-1)·K_total + K``: it trains checkpoint ``s`` on the samples that checkpoint played
 (the pool's no-hint plays of that step) and on the designs due at ``s`` (those of the generation whose
 first step is ``s - D``, rewarded over that generation's whole window), and writes
@@ -11,7 +11,7 @@ same batch from the store; the main process writes the checkpoint and the ``trai
 ``train_samples`` tables. It reads the store by stage name (:mod:`spade_core.stage_names`) and imports no
 module of :mod:`spade_core.pipeline`, so the subprocess loads none of the orchestration.
 
-TRL is used through its seams (``spade_core.train_trl``): ``rollout_func`` hands out the stored samples
+TRL is used through its seams (``spade_core.train.grpo``): ``rollout_func`` hands out the stored samples
 and a minimal subclass puts SPADE's advantages and truncated importance weights in place of TRL's. The
 loss TRL logs is the joint loss of the step; reward statistics are per role.
 """
@@ -23,27 +23,28 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from spade_core.checkpoints import (
+from spade_core.config import SpadeConfig, load_config
+from spade_core.llm.hf import load_tokenizer, pick_device
+from spade_core.stage_names import instance_name
+from spade_core.steps import due_designs_generation, first_step
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import (
     model_for_step,
     model_path_for_checkpoint,
     newest_checkpoint_at_or_below,
     optimizer_state_dir,
     write_checkpoint,
 )
-from spade_core.config import SpadeConfig, load_config
-from spade_core.llm.hf import pick_device
-from spade_core.schemas import TIS_QUANTILES
-from spade_core.stage_names import instance_name
-from spade_core.steps import due_designs_generation, first_step
-from spade_core.store import Store
+from spade_core.store.schemas import TIS_QUANTILES
+from spade_core.store.verdicts import final_designs
 from spade_core.threads import use_threads
-from spade_core.train_data import (
+from spade_core.train.data import (
     AGENT,
     DESIGNER,
     Batch,
@@ -52,8 +53,7 @@ from spade_core.train_data import (
     make_batch,
     mix_roles,
 )
-from spade_core.train_launch import TrainSummary
-from spade_core.train_trl import (
+from spade_core.train.grpo import (
     OptimizerState,
     StoredRollouts,
     grpo_args,
@@ -61,7 +61,7 @@ from spade_core.train_trl import (
     spade_trainer_class,
     stored_reward,
 )
-from spade_core.verdicts import final_designs
+from spade_core.train.launch import TrainSummary
 
 
 def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> pd.DataFrame:
@@ -108,7 +108,7 @@ def loss_denominator(cfg: SpadeConfig, batch: Batch, dropped: int) -> int:
     so with a KL term a short batch's loss is the real samples' sum over G (docs/DESIGN.md §7).
 
     >>> from spade_core.config import load_config
-    >>> from spade_core.train_data import Sample
+    >>> from spade_core.train.data import Sample
     >>> b = Batch([Sample("agent", "g", [], [1], [1], 0.0)] * 100)
     >>> fixed = ["training.global_batch_size=192"]
     >>> no_kl, kl = load_config(None, overrides=fixed), load_config(None, overrides=[*fixed, "training.beta=0.005"])
@@ -128,7 +128,6 @@ def kl_reference(cfg: SpadeConfig, store: Store, run_id: str) -> str | None:
 
 
 def _with_skill(sample: Any, skill: str | None) -> Any:
-    from dataclasses import replace
 
     return replace(sample, skill=skill)
 
@@ -226,7 +225,6 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
     it on, a signal-free batch is trained whole (``drop_zero_advantage`` would leave nothing): the gradient
     is zero, but AdamW's weight decay and momentum still move the weights, as the authors' optimizer does.
     """
-    from spade_core.llm.hf import load_tokenizer
 
     started = time.perf_counter()
     s = first_step(cfg, gen) + step
@@ -364,9 +362,10 @@ def _weight_delta(model: Any, before: dict[str, Any]) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``accelerate launch -m spade_core.train``."""
+    """Entry point of ``accelerate launch -m spade_core.train.step``."""
     parser = argparse.ArgumentParser(
-        prog="spade_core.train", description="One optimizer step of a stored SPADE generation (run under accelerate)."
+        prog="spade_core.train.step",
+        description="One optimizer step of a stored SPADE generation (run under accelerate).",
     )
     parser.add_argument("--run-id", required=True, help="Run whose step to train.")
     parser.add_argument("--gen", required=True, type=int, help="Generation of the step.")

@@ -23,7 +23,7 @@ from typing import Any
 from spade_core.cachedir import build_once
 from spade_core.hashing import short_hash
 from spade_core.llm.embedded import cache_dir, resolve_model
-from spade_core.store import Store, WrittenFile
+from spade_core.store.artifacts import Store, WrittenFile
 
 MARKER = "spade-checkpoint.json"
 # full = all weights; lora = an adapter on the parent; unchanged = no update happened (no usable samples, or

@@ -4,7 +4,7 @@ Two roles share one update:
 
 - **agent**: the no-hint episodes this step played, one group per environment; reward = the episode
   return, advantage = its z-score over the plays of that environment at that step
-  (:func:`spade_core.advantages.group_zscores`). The episode's token ids are the whole conversation; the
+  (:func:`spade_core.method.advantages.group_zscores`). The episode's token ids are the whole conversation; the
   prompt is everything before the agent's first token and the loss mask (``env_mask`` in TRL) is 1 exactly
   on the agent's own tokens, so observations that the environment wrote are never trained on. The
   behaviour log-probs stored with the episode travel with the sample, for truncated importance sampling.
@@ -16,11 +16,11 @@ Two roles share one update:
   (the ``designer_rewards`` table, written by the reward stage). Invalid attempts and dropped designs are
   never samples. The designer's samples come first in the batch.
 
-SPADE computes every advantage itself (TRL is told not to renormalise, ``spade_core.train``), so groups
+SPADE computes every advantage itself (TRL is told not to renormalise, ``spade_core.train.step``), so groups
 may have any size and the roles any mix; a group whose advantages are all zero (one play, or equal
 returns) is counted as carrying no signal.
 
-Pure functions over frames: no model, no Prefect. ``spade_core.train`` feeds the batch to TRL.
+Pure functions over frames: no model, no Prefect. ``spade_core.train.step`` feeds the batch to TRL.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any
 import pandas as pd
 
 from sandbox.outcome import is_env_error
-from spade_core.advantages import group_zscores
-from spade_core.chat_tokens import ChatTokens, template_kwargs
+from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
+from spade_core.method.advantages import group_zscores
 
 AGENT = "agent"
 DESIGNER = "designer"
@@ -301,7 +301,7 @@ def trim_to(samples: list[Sample], size: int) -> list[Sample]:
     """The first ``size`` samples: with the designer's first, a surplus sheds the agent's tail, as the authors
     (``spade/slime/spade_rollout.py:663-666`` put the designer first so that ``[:global_batch_size]``,
     lines 835-842, never drops it). A short batch is kept whole: its padding is inert rows (zero loss mask)
-    the trainer adds (``spade_core.train_trl.StoredRollouts``; the authors' lines 821-833).
+    the trainer adds (``spade_core.train.grpo.StoredRollouts``; the authors' lines 821-833).
 
     Advantages are not recomputed: a group cut in two keeps the z-scores of all its plays, as theirs.
 

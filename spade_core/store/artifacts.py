@@ -35,9 +35,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spade_core.fs import s3_filesystem
 from spade_core.hashing import short_hash
-from spade_core.schemas import SCHEMAS, TABLES, to_arrow
+from spade_core.store.fs import s3_filesystem
+from spade_core.store.schemas import SCHEMAS, TABLES, to_arrow
 
 IO_KINDS = ("read", "list", "write")
 IO: collections.Counter[str] = collections.Counter()
@@ -93,10 +93,10 @@ NAME_LIMIT = 128  # characters of a run id or stage name: a path part, well belo
 def _check_name(kind: str, value: str) -> str:
     """``value`` when it is a valid run id or stage name (one path part of the store), else a StoreError.
 
-    >>> _check_name("run id", "r" * 300)
+    >>> _check_name("run id", "r" * 300)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    spade_core.store.StoreError: run id 'rrrrrrrrrrrrrrrrrrrrrrrr'… (300 characters) is longer than 128 characters
+    spade_core.store.artifacts.StoreError: run id 'rrrrrrrr...'… (300 characters) is longer than 128 characters
     """
     if isinstance(value, str) and len(value) > NAME_LIMIT:
         raise StoreError(f"{kind} {value[:24]!r}… ({len(value)} characters) is longer than {NAME_LIMIT} characters")
@@ -211,7 +211,7 @@ class Store:
         >>> Store("/tmp/s").confine("/tmp/s/tables/pool/../../../etc/hostname")
         Traceback (most recent call last):
         ...
-        spade_core.store.StoreError: '/tmp/s/tables/pool/../../../etc/hostname' is outside the store /tmp/s
+        spade_core.store.artifacts.StoreError: '/tmp/s/tables/pool/../../../etc/hostname' is outside the store /tmp/s
         """
         located = self.locate(path)
         root = self.base.rstrip("/") + "/"

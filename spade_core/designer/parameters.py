@@ -79,11 +79,11 @@ def bounded_literal(node: ast.expr, max_items: int = MAX_ITEMS) -> Any:
     >>> bounded_literal(ast.parse("[1, 2, 3]", mode="eval").body, max_items=2)
     Traceback (most recent call last):
     ...
-    spade_core.parameters.ParameterError: a container of 3 items (at most 2)
+    spade_core.designer.parameters.ParameterError: a container of 3 items (at most 2)
     >>> bounded_literal(ast.parse("0x" + "f" * 3580, mode="eval").body)
     Traceback (most recent call last):
     ...
-    spade_core.parameters.ParameterError: an integer of 14320 bits (at most 1024)
+    spade_core.designer.parameters.ParameterError: an integer of 14320 bits (at most 1024)
     """
     stack: list[tuple[ast.AST, int]] = [(node, 0)]
     while stack:

@@ -3,7 +3,7 @@ generation g's training steps.
 
 With asynchronous generations, generation g+1's design chain (documents → design → validate → topup →
 novelty → pool → hint) runs while generation g trains its steps (``train-s{k}``). Every stage marker
-(:class:`~spade_core.markers.StageRecord`) records its wall time (``seconds``), when it finished
+(:class:`~spade_core.store.markers.StageRecord`) records its wall time (``seconds``), when it finished
 (``finished_at``, to the second) and, in newer markers, when it started (``started_at``, to the
 millisecond). :func:`stage_timeline` turns a run's markers into one interval per stage; the other functions
 measure those intervals with union semantics, so overlapping stages (or shards) are never counted twice.
@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from spade_core.markers import StageRecord
 from spade_core.pipeline.registry import CHAIN
+from spade_core.store.markers import StageRecord
 
 KINDS: tuple[str, ...] = ("chain", "rollout", "train", "other")
 COLUMNS: list[str] = ["gen", "stage", "kind", "step", "start", "end", "seconds"]

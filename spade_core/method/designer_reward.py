@@ -7,13 +7,13 @@ rewarded after the K steps of their window (the agent played the generation's po
                       (play-weighted, not a mean of per-step means)   [4 steps x 8 plays = 32 plays]
     regret     R(e) = mean(hinted returns) - mean(no-hint returns at the window's first step)
                       (both at the regeneration step: "matched timing"); 0 when e has no hinted plays
-    raw(e)          = the variant's reward of (p, R), spade_core.scoring:
+    raw(e)          = the variant's reward of (p, R), spade_core.method.scoring:
                       blend        = w_r * clip(R / scale, 0, 1) + w_p * plateau(p)  [w_r 0.4, w_p 0.6, scale 0.15]
                       solve_rate   = plateau(p)  (blend with w_r 0, w_p 1)
                       regret       = max(0, R)
                       learnability = 1 - p if 0 < p < 1 else 0
                       learning_potential = |p(e) - mu_slow(skill)|, mu_slow read after this window's update
-                                           (spade_core.learning_potential: the per-skill EMA state)
+                                           (spade_core.method.learning_potential: the per-skill EMA state)
     drop            blend and solve_rate samples with raw < 0 (strictly) are never trained
     centre     a(e) = raw(e) - mean{raw(e') : e' kept, same skill, same generation}    (no std division)
     scale      c    = min(n_agent / n_designer * K, cap)            [192 / 24 * 4 = 32 games; 50 cap]
@@ -38,7 +38,7 @@ module chose differently:
 - ``regret`` uses the matched-timing R above. The authors' ``regret_based`` variant instead subtracts the
   mean of the whole window's no-hint plays and gives a game whose ``step`` timed out a raw of -0.5; neither
   is mirrored (the authors' own blend docstring calls the window baseline biased on learnable games).
-- An environment without no-hint plays is an error here (as in spade_core.scoring), where the authors score
+- An environment without no-hint plays is an error here (as in spade_core.method.scoring), where the authors score
   it with win rate 0; without hinted plays its regret is 0 here, where the authors set the hinted mean to 0
   (regret = -mean(first step)). The two agree whenever first-step returns are >= 0.
 """
@@ -52,8 +52,8 @@ import numpy as np
 import pandas as pd
 
 from spade_core.config import DesignerRewardVariant, ScoringConfig
-from spade_core.learning_potential import LearningPotentialState, learning_potential_update
-from spade_core.scoring import CONDITIONS, DESIGNER_REWARDS, ScoringError, env_broken
+from spade_core.method.learning_potential import LearningPotentialState, learning_potential_update
+from spade_core.method.scoring import CONDITIONS, DESIGNER_REWARDS, ScoringError, env_broken
 
 Variant = DesignerRewardVariant
 VARIANTS: tuple[str, ...] = get_args(Variant)
@@ -80,7 +80,8 @@ def _check_variant(variant: str) -> None:
 
 def raw_reward(variant: str, win_rate: float, regret: float, cfg: ScoringConfig) -> float:
     """One environment's raw reward under ``variant`` (not ``learning_potential``: see
-    :func:`~spade_core.learning_potential.learning_potential_update`), reusing spade_core.scoring's variant functions.
+    :func:`~spade_core.method.learning_potential.learning_potential_update`), reusing
+    :mod:`spade_core.method.scoring`'s variant functions.
 
     ``win_rate`` is the window's, ``regret`` the first step's. ``cfg.designer_reward`` is ignored: the
     variant is the argument, since ``learning_potential`` is not one of that field's choices.
@@ -169,7 +170,7 @@ def window_inputs(episodes: pd.DataFrame, step_col: str = "policy_step") -> pd.D
 
     ``episodes``: ``env_id``, ``condition`` ("no_hint" | "hint"), ``episode_return``, ``step_col`` (the step
     that played it; its smallest value among an environment's usable no-hint plays is the window's first
-    step) and optionally ``error_type``, read as in spade_core.scoring: a play the environment broke (a
+    step) and optionally ``error_type``, read as in spade_core.method.scoring: a play the environment broke (a
     sandbox class) is left out of every statistic and counted in ``n_broken`` (plays of both conditions);
     any other error (``model_error``) counts as return 0. An environment without usable no-hint plays (hinted
     plays only, or every no-hint play broken) has ``win_rate`` NaN and ``n_no_hint`` 0: it cannot be rewarded

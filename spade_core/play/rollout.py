@@ -15,11 +15,11 @@ ran out of memory, broke the contract or its jail failed, at load, reset or any 
 from the start, in a fresh jail with the same seed, up to ``rollout.env_retries`` [1] times; its requests
 then carry other sampling seeds, so the agent's replies need not repeat. Only the last attempt becomes the
 row; one that still fails keeps its ``error_type``, and scoring and training leave it out
-(:mod:`spade_core.scoring`, :func:`spade_core.train_data.agent_samples`). A ``model_error`` is not retried.
+(:mod:`spade_core.method.scoring`, :func:`spade_core.train.data.agent_samples`). A ``model_error`` is not retried.
 
 Episode rules that differ between this project and the authors are settings (paper presets: theirs;
 ``orchestrator.py:403-491``, ``synthetic_game_env.py:226-246, 429-434``): ``rollout.action`` (the game
-gets the whole reply, or the reply's first ``\\boxed{}``: :mod:`spade_core.actions`),
+gets the whole reply, or the reply's first ``\\boxed{}``: :mod:`spade_core.play.actions`),
 ``rollout.end_without_eos`` (a reply cut at the token limit ends the episode as truncated, unplayed),
 ``rollout.context_margin_tokens`` (stop once at most that many context tokens are left, replies cut to
 leave them; otherwise stop when another whole turn no longer fits), ``rollout.game_max_turns`` (the game
@@ -36,7 +36,7 @@ written, nothing parsed) goes to ``step`` and, with ``rollout.mask_malformed_too
 get mask 0.
 
 The authors' prompts and rules that differ from ours are settings too (docs/method.md, "What the paper
-presets reproduce"): ``rollout.agent_prompt`` (:mod:`spade_core.agent_prompts`), ``rollout.hinted_play_rules``
+presets reproduce"): ``rollout.agent_prompt`` (:mod:`spade_core.play.agent_prompts`), ``rollout.hinted_play_rules``
 (``authors``: a hinted play gets ``max_tokens_per_turn`` every turn, no end-of-turn or context-margin rule,
 stops only on a full context, is not retried, and a failure scores 0 and is kept, its message appended to the
 transcript; ``orchestrator.py:1783-1917``), ``rollout.tool_turns`` (``free``: a turn of native tool calls
@@ -45,7 +45,7 @@ counts toward ``rollout.max_turns`` only, the environment's own limit counting i
 masked malformed call) and ``validation.contract`` (what the jail's loader admits, at play as at validation).
 
 For training, each episode keeps the token ids of the whole conversation and a loss mask: 1 on the
-agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.chat_tokens`).
+agent's own sampled tokens, 0 on prompt, template and environment text (:mod:`spade_core.llm.chat_tokens`).
 
 With ``rollout.reuse_kv_cache`` each episode's requests name it by a :class:`CacheSlot` (a fresh key per
 episode, bounded by ``rollout.max_context_tokens``), so a backend that keeps KV caches prefills only what
@@ -69,12 +69,12 @@ from sandbox.outcome import ErrorType, episode_return, is_env_error
 from sandbox.policy import JailLimits
 from sandbox.runtime.spade_env import is_malformed_call, parse_answer, parse_native_calls
 from sandbox.session import EnvSession, run_parallel
-from spade_core.actions import game_action
-from spade_core.agent_prompts import first_observation, system_prompt
-from spade_core.chat_tokens import ChatTokens, template_kwargs
 from spade_core.config import RolloutConfig, SpadeConfig
+from spade_core.envs.validate import limits_from_config
 from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
-from spade_core.validate import limits_from_config
+from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
+from spade_core.play.actions import game_action
+from spade_core.play.agent_prompts import first_observation, system_prompt
 
 CONDITIONS = ("no_hint", "hint")
 # A step ending with one of these was the environment's own code (it raised or broke the return contract),

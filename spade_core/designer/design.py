@@ -11,7 +11,7 @@ hard, by class name only), and asks for a *different* environment. Code is taken
 What a small model copies decides whether its design loads (a 135M designer mostly copies the nearest
 example), so every piece of code the prompt shows is a complete module that passes the validator: the
 contract's example is shown as a fenced module with its imports (:func:`contract_sections`), and memory
-examples come whole or not at all (:meth:`spade_core.memory.Memory.positives`; the paper presets keep the
+examples come whole or not at all (:meth:`spade_core.designer.memory.Memory.positives`; the paper presets keep the
 authors' cut). The reply is asked for code first, its one-sentence summary after the block, so a reply
 cut by the token budget loses the summary, not the code.
 """
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, skill_kind
+from spade_core.designer.parameters import MAX_ITEMS, variant_code
 from spade_core.envs.contract import CONTRACT, env_id_for
 from spade_core.hashing import short_hash
-from spade_core.parameters import MAX_ITEMS, variant_code
 
 SKILL_TEXT = {skill: skill.replace("_", " ") for skill in GAME_SKILLS + TOOL_SKILLS}
 
@@ -217,7 +217,7 @@ Check your work before you answer:
 
 
 class MemoryExample(Protocol):
-    """A positive example from memory, shown with its code (:class:`spade_core.memory.MemoryEntry` is one)."""
+    """A positive example from memory, shown with its code (:class:`spade_core.designer.memory.MemoryEntry` is one)."""
 
     @property
     def skill(self) -> str: ...
@@ -233,7 +233,7 @@ class MemoryExample(Protocol):
 
 
 class NegativeExample(Protocol):
-    """A negative example from memory, shown by name only (:class:`spade_core.memory.MemoryEntry` is one)."""
+    """A negative example from memory, shown by name only (:class:`spade_core.designer.memory.MemoryEntry` is one)."""
 
     @property
     def skill(self) -> str: ...
@@ -454,7 +454,7 @@ def mutation_messages(
     parent_win_rate: float | None,
     system: str = "ours",
 ) -> list[dict[str, str]]:
-    """The chat prompt of one mutation (``designer.mode: mutate``, :mod:`spade_core.mutation`): the parent
+    """The chat prompt of one mutation (``designer.mode: mutate``, :mod:`spade_core.designer.mutation`): the parent
     environment whole, the document, and the request for a variant of it; short, so that a small model's
     context holds the parent and its reply.
     """
@@ -475,7 +475,7 @@ def mutation_messages(
 
 
 def parameters_messages(document: str | None, block: str) -> list[dict[str, str]]:
-    """The chat prompt of one parameter mutation (``designer.mode: parameters``, :mod:`spade_core.parameters`):
+    """The chat prompt of one parameter mutation (``designer.mode: parameters``, :mod:`spade_core.designer.parameters`):
     the document, then the parent's parameter block and the request for new values, with no system prompt.
 
     As short as a 135M model needs it: on the embedded model 11 of 24 designs of generation 1 with this
@@ -562,7 +562,7 @@ def design_row(
     """One ``designs`` row (``prompt`` = the chat messages as JSON); ``code`` / ``env_id`` are None when the
     reply holds no code; ``parent_env_id`` names the environment a mutation rewrote (None: written anew).
     ``parameters`` (``designer.mode: parameters``): the code is the parent (``parent_code``) with the
-    parameter values the reply sets (:func:`spade_core.parameters.variant_code`), None when it sets none, a
+    parameter values the reply sets (:func:`spade_core.designer.parameters.variant_code`), None when it sets none, a
     value is beyond the bounds, or the parent is unknown (never a whole module of the reply's)."""
     if parameters or parent_code is not None:
         code = None if parent_code is None else variant_code(parent_code, completion, max_items)

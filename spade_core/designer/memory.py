@@ -50,11 +50,11 @@ import pandas as pd
 
 from sandbox.outcome import is_env_error
 from spade_core.config import MemoryConfig, skill_kind
-from spade_core.design import env_class_name
+from spade_core.designer.design import env_class_name
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
-from spade_core.markers import list_markers, listed_files
-from spade_core.schemas import SCHEMAS
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import list_markers, listed_files
+from spade_core.store.schemas import SCHEMAS
 
 MEMORY_COLUMNS: tuple[str, ...] = tuple(SCHEMAS["memory"].names)
 SEED_WIN_RATE = 0.5
@@ -139,7 +139,7 @@ class Memory:
         """Add every valid scored environment of generation ``gen``; returns how many were added.
 
         Args:
-            scores: env_scores rows (:func:`spade_core.scoring.score_environments`).
+            scores: env_scores rows (:func:`spade_core.method.scoring.score_environments`).
             envs: ``env_id`` and ``code`` of the same environments, and ``valid`` where some are invalid
                 (no ``valid`` column: every row ran); extra columns are ignored.
             gen: the generation that scored them.

@@ -7,7 +7,7 @@ the right columns, not an error.
 
 **Read-only connections** (``read_only=True``, what ``spade sql`` opens unless ``--allow-write``;
 docs/DESIGN.md §12): DuckDB reaches no file but through the store, and the store only through a
-:class:`~spade_core.fs.ReadOnlyFileSystem`. ``enable_external_access`` is off, with the store's root as the
+:class:`~spade_core.store.fs.ReadOnlyFileSystem`. ``enable_external_access`` is off, with the store's root as the
 one allowed directory (under the read-only filesystem's URL scheme), and ``lock_configuration`` is on, so a
 statement cannot turn either back (only the :data:`TUNABLE` settings stay open). ``COPY ... TO``,
 ``EXPORT DATABASE``, ``ATTACH``, ``INSTALL`` and any file function outside the store are refused by DuckDB;
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import duckdb
 
-from spade_core.fs import ReadOnlyFileSystem
-from spade_core.schemas import SCHEMAS, TABLES
-from spade_core.store import Store, arrow_schema_with_partitions
+from spade_core.store.artifacts import Store, arrow_schema_with_partitions
+from spade_core.store.fs import ReadOnlyFileSystem
+from spade_core.store.schemas import SCHEMAS, TABLES
 
 LOCAL_SCHEME = "spade-store"
 """The URL scheme a read-only connection reads a local store under (``spade-store:///abs/root/...``)."""

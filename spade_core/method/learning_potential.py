@@ -17,8 +17,8 @@ memory and lose them on a crash). A skill the state has not seen starts a new tr
 skill they have no tracker for (they create one per configured skill at start-up, so that does not happen in
 their runs).
 
-Pure functions and an immutable state; no store, no model. :mod:`spade_core.designer_reward` rewards a
-window with it, :mod:`spade_core.scoring` a single pass.
+Pure functions and an immutable state; no store, no model. :mod:`spade_core.method.designer_reward` rewards a
+window with it, :mod:`spade_core.method.scoring` a single pass.
 """
 
 from __future__ import annotations

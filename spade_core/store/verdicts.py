@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.markers import listed_files
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import listed_files
 
 # The stages whose markers list ``designs`` files: the designer's replies, the validate stage's retries
 # (repairs and fresh designs, written as ``validate-{shard}``) and the top-up's designs and their retries.

@@ -7,7 +7,7 @@ agent's advantage; Slime's ``--use-tis`` for the weights, defaults ``--tis-clip 
                                                                    at ONE step (population std)
     TIS weight        w_t = clamp(exp(logp_train(t) - logp_behaviour(t)), low, high)   per sampled token
 
-SPADE computes the advantages itself and hands them to TRL unchanged (``spade_core.train``), so the
+SPADE computes the advantages itself and hands them to TRL unchanged (``spade_core.train.step``), so the
 group structure TRL assumes (``num_generations`` consecutive rows) never decides what is normalised
 with what: a group may have any size and the two roles may mix in any proportion. The TIS weight
 multiplies the per-token policy loss; as it is non-negative it can equally scale the advantage of that

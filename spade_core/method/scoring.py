@@ -1,6 +1,6 @@
 """Scoring (docs/DESIGN.md §7 step 7): the win rate and regret of every environment after step 0's plays
 (``env_scores``), and the designer reward variants' formulas, which the reward stage applies over the whole
-window (:mod:`spade_core.designer_reward`, ``designer_rewards``: the reward the designer is trained on).
+window (:mod:`spade_core.method.designer_reward`, ``designer_rewards``: the reward the designer is trained on).
 
 Formulas (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7 step 7; constants from
 :class:`~spade_core.config.ScoringConfig`, paper defaults in brackets)::
@@ -54,7 +54,7 @@ import pandas as pd
 
 from sandbox.outcome import is_env_error
 from spade_core.config import ScoringConfig
-from spade_core.schemas import SCHEMAS
+from spade_core.store.schemas import SCHEMAS
 
 CONDITIONS = ("no_hint", "hint")
 ENV_SCORE_COLUMNS: tuple[str, ...] = tuple(SCHEMAS["env_scores"].names)
@@ -149,7 +149,7 @@ def learnability_reward(win_rate: float, regret: float, cfg: ScoringConfig) -> f
 
 
 # The one explicit registry of the per-environment designer reward variants (ScoringConfig.designer_reward's
-# choices but learning_potential, which needs the per-skill state); spade_core.designer_reward applies them.
+# choices but learning_potential, which needs the per-skill state); spade_core.method.designer_reward applies them.
 DESIGNER_REWARDS: dict[str, Callable[[float, float, ScoringConfig], float]] = {
     "blend": blend_reward,
     "regret": regret_reward,
@@ -218,7 +218,7 @@ def score_environments(
         cfg: the score stage's scoring config; no constant of it changes a score (the designer reward
             variants it configures are applied by the reward stage, over the whole window).
         leaked: env ids whose stored hint still leaks the solution
-            (:func:`spade_core.hints.leaked_env_ids` of the generation's hints): no regret term for them.
+            (:func:`spade_core.play.hints.leaked_env_ids` of the generation's hints): no regret term for them.
             Ids not in ``envs`` are ignored.
 
     Returns:

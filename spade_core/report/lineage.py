@@ -14,9 +14,9 @@ from typing import Any
 import pandas as pd
 
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
-from spade_core.markers import list_markers, listed_files
 from spade_core.pipeline.run_config import load_run_config
-from spade_core.store import Store
+from spade_core.store.artifacts import Store
+from spade_core.store.markers import list_markers, listed_files
 
 COLUMNS = ["depth", "env_id", "origin", "run_id", "gen", "skill", "win_rate", "regret"]
 MAX_DEPTH = 1000  # a chain longer than this is a cycle in corrupted rows, not a lineage

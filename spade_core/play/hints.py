@@ -8,7 +8,7 @@ hint stage then asks the model to rewrite it, up to ``rollout.hint_rewrites`` [1
 :func:`rewrite_messages`: the conversation so far plus a turn that quotes what leaked and asks for a hint
 that does not give the answer away. The last hint is stored with ``leaks_solution`` of that last hint, so
 the leak rate stays visible; an environment whose stored hint still leaks is still played with it (the data
-is kept), but gets no regret term (:mod:`spade_core.scoring`, ``env_scores.hint_leaked``). The authors check
+is kept), but gets no regret term (:mod:`spade_core.method.scoring`, ``env_scores.hint_leaked``). The authors check
 no leak at all (docs/DESIGN.md §7 step 5; their prompt only asks the model not to reveal the answer).
 
 ``rollout.hint_prompt`` picks the request. ``ours``: a one-line system prompt, the rules and the code in

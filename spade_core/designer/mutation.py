@@ -12,7 +12,7 @@ still edit one that loads. The parent is:
 2. else a library environment: the starter of the skill, else any starter of the kind (short modules a
    135M model can copy-edit whole), else the seed environment of the skill, else any of the kind.
 
-Parameter mutation (``designer.mode: parameters``, :mod:`spade_core.parameters`) takes its parent by the
+Parameter mutation (``designer.mode: parameters``, :mod:`spade_core.designer.parameters`) takes its parent by the
 same rules among environments that have parameters, except that the library is searched by skill first
 (starter, then seed) and by kind after: its prompt shows the parameters, not the module.
 
@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass
 
 from spade_core.config import skill_kind
+from spade_core.designer.memory import Memory
+from spade_core.designer.parameters import parameters_of
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
-from spade_core.memory import Memory
-from spade_core.parameters import parameters_of
 
 PARENT_POOL = 10  # parents are drawn from the top 10 in-band memory entries by regret
 
@@ -51,7 +51,7 @@ def choose_parent(memory: Memory, skill: str, rng: random.Random, *, parameters:
     """The parent of one mutate prompt for ``skill`` (the rules of the module doc).
 
     ``parameters`` (``designer.mode: parameters``): only environments with parameters
-    (:func:`spade_core.parameters.parameters_of`) qualify, and the library is searched for the skill first
+    (:func:`spade_core.designer.parameters.parameters_of`) qualify, and the library is searched for the skill first
     (starter, then seed) and only then for the kind, since the prompt shows the parameters, not the module,
     so a long seed of the right skill costs the designer nothing.
     """
