@@ -30,6 +30,7 @@ from pathlib import Path
 
 # benchmarks/sandbox.py is named like the package the stages import: drop this directory from the path.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (docs/DESIGN.md §8, "CPU threads")
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_STAGES = ("design", "hint", "rollout-s0")

@@ -28,6 +28,7 @@ import sys
 # benchmarks/sandbox.py is named like the `sandbox` package: drop this directory from the import path so
 # `import sandbox` finds the package when a script here is run by path.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (docs/DESIGN.md §8, "CPU threads")
 
 import argparse
 import json

@@ -28,6 +28,7 @@ import time
 
 # benchmarks/sandbox.py would shadow the sandbox package: import the project, not this folder.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (docs/DESIGN.md §8, "CPU threads")
 
 from spade_core.pipeline import verify
 from spade_core.store.artifacts import Store

@@ -16,6 +16,7 @@ import types
 # This file is named like the `sandbox` package it measures: drop the script's own directory from the
 # import path so `import sandbox` finds the package, not this script.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (docs/DESIGN.md §8, "CPU threads")
 
 from sandbox.policy import RUNTIME_SRC, resolve_cgroups
 from sandbox.session import EnvSession, run_parallel

@@ -23,6 +23,7 @@ from spade_core.pipeline.stage import Stage
 from spade_core.report.summary import generation_summary
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord
+from spade_core.threads import passive_waits
 from tasks.stages import finish_task_for, task_for
 
 
@@ -75,6 +76,7 @@ def run_pipeline(
 @flow(name="spade-generation", log_prints=True)
 def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
     """One generation of a run with a resolved config (use the ``spade`` flow: it resolves and binds it)."""
+    passive_waits()
     cfg = SpadeConfig.model_validate(config)
     try:
         records, report = run_pipeline(cfg, run_id, gen)
@@ -92,6 +94,7 @@ def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
 def design_chain(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
     """The design chain of generation ``gen`` (documents … hint), run ahead while generation ``gen - 1``
     trains (``orchestration.async_generations``); generation ``gen``'s own flow run then reuses it."""
+    passive_waits()
     cfg = SpadeConfig.model_validate(config)
     try:
         records, _ = run_pipeline(cfg, run_id, gen, chain_only=True)

@@ -24,6 +24,7 @@ from spade_core.pipeline.runner import run_generations
 from spade_core.pipeline.status import generation_complete, next_generation
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import checkpoint_complete
+from spade_core.threads import passive_waits
 from spade_core.train.devices import use_generation_devices
 
 
@@ -53,6 +54,7 @@ def spade(
 ) -> dict[str, Any]:
     """Run (or finish) one SPADE generation: sample documents, design, validate, hint, roll out, score,
     update memory, train, and evaluate when due. ``gen`` defaults to the run's first incomplete one."""
+    passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
     bind_run_config(st, run_id, cfg)
@@ -74,6 +76,7 @@ def spade_run(
     """Generations 1..``generations`` of a run; complete ones are skipped, an incomplete one is finished.
     With ``orchestration.async_generations`` each next generation's design chain runs beside the current
     generation's training steps."""
+    passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
     bind_run_config(st, run_id, cfg)
@@ -104,10 +107,9 @@ def spade_eval(
 ) -> dict[str, Any]:
     """Evaluate checkpoints of a run (default: the base model, gen 0, and every complete checkpoint) on the
     held-out suites; writes the ``evals`` table."""
-
+    passive_waits()
     logger = get_run_logger()
     cfg = flow_config(run_id, None, None, store)
-
     st = Store.from_config(cfg.store)
     if gens is None:
         markers = next_generation(st, cfg, run_id)

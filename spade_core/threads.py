@@ -7,8 +7,9 @@ threads is descheduled and the other spins through its time slice waiting for it
 machine with other work on it (load average ~6): four 48-token greedy replies of the tiny model took 107 s
 with torch's default two spinning threads, 26 s with passive waits, 18 s with one thread. Hence:
 
-- ``OMP_WAIT_POLICY=PASSIVE`` for every process (set on import of ``spade_core``, before torch loads
-  OpenMP; a value the user set is kept; subprocesses such as the trainer inherit it);
+- ``OMP_WAIT_POLICY=PASSIVE`` for every process, set by each entry point before torch loads OpenMP (the
+  ``spade`` command, the Prefect flows and tasks, the trainer's launch environment, the benchmarks); a value
+  the user set is kept, and subprocesses inherit it;
 - the thread count is ``model.threads``, or by default the CPUs that are idle when the model loads
   (:func:`auto_threads`: CPU time not spent by other processes over a short sample).
 """

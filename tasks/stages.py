@@ -24,6 +24,7 @@ from spade_core.pipeline.registry import stage as stage_named
 from spade_core.pipeline.stage import Stage, execute, finish
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord
+from spade_core.threads import passive_waits
 
 
 def _context(cfg: SpadeConfig, run_id: str, gen: int) -> GenerationContext:
@@ -38,6 +39,7 @@ def run_stage(
     cfg: SpadeConfig, run_id: str, gen: int, name: str, shard: int | None, upstream: dict[str, StageRecord]
 ) -> StageRecord:
     """Execute (or reuse) one stage or one shard of a sharded stage."""
+    passive_waits()  # a worker process of the processes / dask runners starts here
     stage = stage_named(name, cfg, gen)
     ctx = _context(cfg, run_id, gen)
     lease_at = (lambda step: lease_for(cfg, ctx.store, run_id, step)) if stage.uses_model else None

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Test processes load torch like the entry points do: OpenMP waits sleep (docs/DESIGN.md §8, "CPU threads").
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 FIXTURES = Path(__file__).parent / "fixtures"
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",

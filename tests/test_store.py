@@ -9,7 +9,7 @@ import pytest
 from samples import ROWS, frame
 
 from spade_core.hashing import short_hash
-from spade_core.store.artifacts import Store, StoreError, WrittenFile, io_counts, reset_io_counts
+from spade_core.store.artifacts import Store, StoreError, WrittenFile
 from spade_core.store.schemas import TABLES, SchemaError
 
 
@@ -211,16 +211,19 @@ def test_an_unknown_column_is_rejected(tmp_path: Path) -> None:
         Store(str(tmp_path)).read_table("episodes", columns=["seed", "colour"])
 
 
-def test_io_counters_count_reads_listings_and_writes(store: Store) -> None:
-    reset_io_counts()
+def test_io_counters_count_reads_listings_and_writes_of_their_own_store(store: Store) -> None:
+    store.io_counts(reset=True)
+    other = Store(store.root, store.endpoint_url)
     store.write_table("episodes", frame("episodes"), run_id="r", gen=1, stage="rollout", shard=0)
     store.write_table("episodes", frame("episodes"), run_id="r", gen=1, stage="rollout", shard=1)
-    assert io_counts() == {"read": 0, "list": 0, "write": 2}
+    assert store.io_counts() == {"read": 0, "list": 0, "write": 2}
     store.read_table("episodes", "r", 1, stages=["rollout"], columns=["seed"])
-    assert io_counts() == {"read": 2, "list": 1, "write": 2}
+    assert store.io_counts() == {"read": 2, "list": 1, "write": 2}
     store.exists(store.run_dir("r"))
-    assert reset_io_counts() == {"read": 2, "list": 2, "write": 2}
-    assert io_counts() == {"read": 0, "list": 0, "write": 0}
+    other.read_table("episodes", "r", 1, stages=["rollout"], columns=["seed"])
+    assert store.io_counts(reset=True) == {"read": 2, "list": 2, "write": 2}
+    assert store.io_counts() == {"read": 0, "list": 0, "write": 0}
+    assert other.io_counts()["read"] == 2
 
 
 def test_directory_upload_and_download_stream_every_file(store: Store, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from spade_core.cli import (
     train_cmd,
 )
 from spade_core.faults import DEBUG_ENV, debugging, fault_line
+from spade_core.threads import passive_waits
 
 app = typer.Typer(
     name="spade",
@@ -57,6 +58,7 @@ app.add_typer(config_cmd.config_app, name="config")
 
 def main() -> None:
     """The console script: every command, with a store fault said in one line (:mod:`spade_core.faults`)."""
+    passive_waits()
     if "--debug" in sys.argv[1:]:
         sys.argv.remove("--debug")
         os.environ[DEBUG_ENV] = "1"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 EPS = 1e-8  # the authors' epsilon
 
@@ -62,16 +63,23 @@ def group_zscores(groups: Sequence[Hashable], returns: Sequence[float]) -> list[
     return out
 
 
-def tis_weight(logp_train: float, logp_behaviour: float, low: float, high: float) -> float:
-    """The truncated importance weight of one sampled token.
+def tis_weight(log_ratio: Any, low: float, high: float) -> Any:
+    """The truncated importance weight ``clamp(exp(logp_train - logp_behaviour), low, high)`` of sampled
+    tokens, from their log-ratio ``logp_train - logp_behaviour``: a float, or a tensor of them (the trainer
+    weights a batch's tokens at once, :mod:`spade_core.train.grpo`).
 
-    >>> tis_weight(-1.0, -1.0, 0.0, 2.0)
+    >>> tis_weight(0.0, 0.0, 2.0)
     1.0
-    >>> tis_weight(0.0, -5.0, 0.0, 2.0)  # the trainer likes the token far more than the sampler did: capped
+    >>> tis_weight(5.0, 0.0, 2.0)  # the trainer likes the token far more than the sampler did: capped
     2.0
-    >>> round(tis_weight(-2.0, -1.0, 0.0, 2.0), 4)
+    >>> round(tis_weight(-1.0, 0.0, 2.0), 4)
     0.3679
+    >>> import torch
+    >>> [round(w, 4) for w in tis_weight(torch.tensor([0.0, 5.0, -1.0]), 0.0, 2.0).tolist()]
+    [1.0, 2.0, 0.3679]
     """
     if low > high:
         raise ValueError(f"TIS bounds low={low} > high={high}")
-    return min(high, max(low, math.exp(logp_train - logp_behaviour)))
+    if isinstance(log_ratio, (int, float)):
+        return min(high, max(low, math.exp(log_ratio)))
+    return log_ratio.exp().clamp(min=low, max=high)

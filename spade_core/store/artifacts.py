@@ -11,9 +11,9 @@ file and never adds a duplicate. Writes are atomic: a hidden temp file renamed i
 single object PUT on S3 (an object becomes visible only when its upload completes). Credentials come
 from the standard AWS variables and are never written anywhere.
 
-Every file operation of a :class:`Store` is counted in :data:`IO` (``read``: a file read, ``list``: a
-listing or existence check, ``write``: a file written), so the reads of one generation can be counted
-in-process with :func:`io_counts` and :func:`reset_io_counts`.
+Every file operation of a :class:`Store` is counted on that store (:meth:`Store.io_counts`: ``read``, a
+file read; ``list``, a listing or existence check; ``write``, a file written), so a test or a benchmark
+counts the reads of the work it gave one store.
 """
 
 from __future__ import annotations
@@ -40,28 +40,7 @@ from spade_core.store.fs import s3_filesystem
 from spade_core.store.schemas import SCHEMAS, TABLES, to_arrow
 
 IO_KINDS = ("read", "list", "write")
-IO: collections.Counter[str] = collections.Counter()
-_IO_LOCK = threading.Lock()
 PARTITION_COLUMNS = ("run_id", "gen")
-
-
-def _count(kind: str, n: int = 1) -> None:
-    with _IO_LOCK:
-        IO[kind] += n
-
-
-def io_counts() -> dict[str, int]:
-    """A snapshot of the file operations counted since the last reset: ``{"read": .., "list": .., "write": ..}``."""
-    with _IO_LOCK:
-        return {kind: IO[kind] for kind in IO_KINDS}
-
-
-def reset_io_counts() -> dict[str, int]:
-    """Zero the counters; returns the counts they held."""
-    with _IO_LOCK:
-        counts = {kind: IO[kind] for kind in IO_KINDS}
-        IO.clear()
-        return counts
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -127,6 +106,30 @@ class Store:
     fs: fsspec.AbstractFileSystem = field(init=False, repr=False)
     is_s3: bool = field(init=False)
     base: str = field(init=False)
+    _io: collections.Counter[str] = field(init=False, repr=False, compare=False, default_factory=collections.Counter)
+    _io_lock: threading.Lock = field(init=False, repr=False, compare=False, default_factory=threading.Lock)
+
+    def _count(self, kind: str, n: int = 1) -> None:
+        with self._io_lock:
+            self._io[kind] += n
+
+    def io_counts(self, reset: bool = False) -> dict[str, int]:
+        """The file operations of this store since it was made (or last reset):
+        ``{"read": .., "list": .., "write": ..}``; ``reset`` zeroes them after reading."""
+        with self._io_lock:
+            counts = {kind: self._io[kind] for kind in IO_KINDS}
+            if reset:
+                self._io.clear()
+            return counts
+
+    def __getstate__(self) -> dict[str, object]:  # a store travels to worker processes: its lock does not
+        state = dict(self.__dict__)
+        state.pop("_io_lock")
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._io_lock = threading.Lock()
 
     def __post_init__(self) -> None:
         root = str(self.root).strip()
@@ -141,7 +144,7 @@ class Store:
             self.base = "s3://" + bucket_path
             bucket = bucket_path.split("/")[0]
             try:
-                _count("list")
+                self._count("list")
                 self.fs.ls(bucket)
             except FileNotFoundError:
                 raise StoreError(f"store root {root!r}: bucket {bucket!r} does not exist") from None
@@ -225,7 +228,7 @@ class Store:
     # -- bytes --------------------------------------------------------------------------------------
     def write_bytes(self, path: str, data: bytes) -> None:
         """Atomically write ``data`` to ``path`` (temp + rename locally; one PUT on S3)."""
-        _count("write")
+        self._count("write")
         if self.is_s3:
             self.fs.pipe_file(path, data)
             return
@@ -245,17 +248,17 @@ class Store:
                 os.unlink(tmp)
 
     def read_bytes(self, path: str) -> bytes:
-        _count("read")
+        self._count("read")
         return self.fs.cat_file(path)
 
     def file_digest(self, path: str) -> str:
         """The first 16 hex of the sha256 of a file's bytes (:class:`WrittenFile`'s ``digest``), read in chunks."""
-        _count("read")
+        self._count("read")
         with self.fs.open(path, "rb") as fh:
             return hashlib.file_digest(fh, "sha256").hexdigest()[:16]
 
     def exists(self, path: str) -> bool:
-        _count("list")
+        self._count("list")
         return self.fs.exists(path)
 
     def write_text(self, path: str, text: str) -> None:
@@ -276,7 +279,7 @@ class Store:
         if not self.is_s3:
             for path in {os.path.dirname(r) for r in remote}:
                 os.makedirs(path, exist_ok=True)
-        _count("write", len(names))
+        self._count("write", len(names))
         self.fs.put(local, remote)
 
     def download_files(self, remote_dir: str, local_dir: str | Path, names: Iterable[str]) -> None:
@@ -287,20 +290,20 @@ class Store:
         local = [Path(local_dir, name) for name in names]
         for path in {p.parent for p in local}:
             path.mkdir(parents=True, exist_ok=True)
-        _count("read", len(names))
+        self._count("read", len(names))
         self.fs.get([f"{remote_dir.rstrip('/')}/{name}" for name in names], [str(p) for p in local])
 
     def remove_file(self, path: str) -> None:
         """Delete one file; a missing file is no error."""
-        _count("write")
+        self._count("write")
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
 
     def remove_dir(self, path: str) -> None:
         """Delete the directory ``path`` and everything under it; a missing directory is no error."""
-        _count("list")
+        self._count("list")
         if self.fs.exists(path):
-            _count("write")
+            self._count("write")
             self.fs.rm(path, recursive=True)
 
     # -- tables -------------------------------------------------------------------------------------
@@ -351,7 +354,7 @@ class Store:
             raise StoreError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         run = f"run={_check_name('run id', run_id)}" if run_id is not None else "run=*"
         g = f"gen={_check_gen(gen)}" if gen is not None else "gen=*"
-        _count("list")
+        self._count("list")
         files = sorted(self.fs.glob(self.path("tables", table, run, g, "*.parquet")))
         files = [f"s3://{f}" if self.is_s3 and not f.startswith("s3://") else f for f in files]
         if stages is None:
@@ -398,7 +401,7 @@ class Store:
         frames = []
         for f in files:
             parts = dict(p.split("=", 1) for p in f.split("/") if p.startswith(("run=", "gen=")))
-            _count("read")
+            self._count("read")
             with self.fs.open(f, "rb") as fh:
                 arrow = pq.read_table(fh, schema=SCHEMAS[table], columns=selected)
             frame = arrow.to_pandas(maps_as_pydicts="strict")
@@ -421,7 +424,7 @@ class Store:
         one; a missing directory lists nothing); the stamp changes when the file is rewritten (the local
         mtime, the S3 ETag; empty when the listing has neither). Paths are spelt as the store writes them
         (``s3://`` on S3)."""
-        _count("list")
+        self._count("list")
         try:
             entries = self.fs.ls(directory, detail=True, refresh=True)
         except FileNotFoundError:
@@ -437,7 +440,7 @@ class Store:
         return out
 
     def has_table(self, table: str) -> bool:
-        _count("list")
+        self._count("list")
         return bool(self.fs.glob(self.table_glob(table)))
 
 

@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from spade_core.method.advantages import tis_weight
 from spade_core.train.data import AGENT, DESIGNER, Batch, Sample
 
 MICRO_GROUP = 2  # TRL's num_generations: rows handed out per dataset row (advantages are SPADE's own)
@@ -380,9 +381,8 @@ def spade_trainer_class(
             else:  # every token's ratio moves with the temperatures, known log-prob or not
                 train_logps, log_ratio = self._tempered_log_ratio(out, behaviour)
                 known = torch.ones_like(known)
-            raw = torch.exp(log_ratio)
-            weights = torch.clamp(raw, min=self.tis_bounds[0], max=self.tis_bounds[1])
-            self._log_tis(weights, loss_mask, clipped=(raw != weights) & known)
+            weights = tis_weight(log_ratio, *self.tis_bounds)
+            self._log_tis(weights, loss_mask, clipped=(torch.exp(log_ratio) != weights) & known)
             return weights
 
         def _tempered_log_ratio(self, out: dict[str, Any], behaviour: Any) -> tuple[Any, Any]:

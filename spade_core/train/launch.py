@@ -137,7 +137,13 @@ def launch_training(
         config_file = os.path.join(tmp, "config.yaml")  # every process of the launch reads it
         Path(config_file).write_text(cfg.to_yaml())
         cmd = accelerate_command(cfg, config_file, run_id, gen, step)
-        env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false", **training_env(cfg)}
+        env = {
+            **os.environ,
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+            "TRL_EXPERIMENTAL_SILENCE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            **training_env(cfg),
+        }
         with subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
         ) as proc:
