@@ -1,21 +1,47 @@
-"""BFCL (Berkeley Function-Calling Leaderboard, ``bfcl-eval`` data, v4): single calls ("simple", Python),
-"parallel" calls, "irrelevance" (no function fits: the right answer is no call) and the multi-turn sets,
-each checked with BFCL's own checker. Suite ``bfcl`` runs the first three and the multi-turn base set;
-suite ``bfcl_multi_turn`` the four multi-turn categories the paper reports: base, miss_func (functions held
-out until a later turn reveals them, as BFCL's inference loop does), miss_param (a parameter the user has
-not given: the agent should ask for it) and long_context (BFCL's executor fills the environment with long
-content). The prompt is BFCL's default prompting-model system prompt (``ret_fmt=python``, function docs as
-JSON; compact JSON here, which only drops whitespace).
+"""BFCL (Berkeley Function-Calling Leaderboard, ``bfcl-eval`` data, v4): its 17 scoring categories of single
+calls, multi-turn dialogues and relevance, each checked with BFCL's own checker. The categories, by the names
+the authors' ``gem_eval_bfcl_only.yaml`` uses (BFCL's file in :data:`CATEGORIES`):
 
-Single-turn categories: the reply is decoded by :mod:`spade_core.eval.bfcl_calls` (``ast``, literals only)
-and BFCL's ``ast_checker`` compares the calls with the possible answers on the host. Nothing runs.
+- non-live (BFCL's expert-written entries): ``simple`` (Python), ``multiple`` (one call, several functions
+  offered), ``parallel`` (several calls of one function), ``parallel_multiple``, ``java``, ``javascript``
+  (one call in that language's syntax) and ``irrelevance`` (no function fits: the right answer is no call);
+- live (user-contributed entries): ``live_simple``, ``live_multiple``, ``live_parallel``,
+  ``live_parallel_multiple``, ``live_relevance`` (some function fits: any call passes, BFCL gives no
+  answer) and ``live_irrelevance``;
+- multi-turn: ``multi_turn_base``, ``multi_turn_miss_func`` (functions held out until a later turn reveals
+  them, as BFCL's inference loop does), ``multi_turn_miss_param`` (a parameter the user has not given: the
+  agent should ask for it) and ``multi_turn_long_context`` (BFCL's executor fills the environment with long
+  content).
+
+Suites: ``bfcl`` runs simple, parallel, irrelevance and the multi-turn base set; ``bfcl_multi_turn`` the four
+multi-turn categories; ``bfcl_full`` all 17 as the paper evaluates tool use (:class:`BFCLFullSuite`: one
+greedy sample per entry, every entry of every category when ``limit`` is :data:`FULL_LIMIT` or more).
+
+bfcl-eval 2026.3.23 ships six more categories, none of which the paper runs and none of which is run here
+(:data:`NOT_RUN` says why, one line each): the five agentic ones (``web_search_base`` and
+``web_search_no_snippet`` search and fetch pages over the network through SerpAPI, with an API key;
+``memory_kv``, ``memory_vector``, ``memory_rec_sum`` first replay prerequisite conversations into a memory
+backend, ``memory_vector``'s being a sentence-transformers model loaded by its hub name and a faiss index)
+and ``format_sensitivity``, which BFCL itself does not score.
+
+The prompt is BFCL's default prompting-model system prompt (``ret_fmt=python``, function docs as JSON;
+compact JSON here, which only drops whitespace), with BFCL's language hints on the function docs (Java and
+JavaScript parameters become strings "in string representation"); an entry's own system message follows it,
+as BFCL appends it. The authors generate with BFCL's function-calling handler instead (tools through the chat
+template); this suite uses BFCL's prompting route, whose replies BFCL decodes and checks the same way.
+
+Single-turn categories: :mod:`spade_core.eval.bfcl_single` decodes the reply (Python with ``ast``, literals
+only; Java and JavaScript with BFCL's tree-sitter decoders) and runs BFCL's ``ast_checker`` or relevance test
+on the host. Nothing runs. A failed item carries BFCL's ``error_type`` (:meth:`BFCLSuite.verdicts`).
 
 Multi-turn (``multi_turn_base``): BFCL's inference loop. Each user turn, the model replies; a reply that
 decodes to calls is executed and the results come back as a user message (BFCL's
 ``format_execution_results_prompting``, each result cut to 2,000 characters); a reply without calls ends the
 turn; more than ``max_steps_per_turn`` call steps in one turn force-terminates the episode, which fails, as
 in BFCL. The stored response is the JSON ``{"turns": [[reply, ...], ...]}``; scoring decodes it and runs
-BFCL's ``multi_turn_checker`` (state and execution-result checks against the ground truth).
+BFCL's ``multi_turn_checker`` (state and execution-result checks against the ground truth); a response that
+is not that JSON fails as ``multi_turn:inference_error``, a force-terminated or incomplete one as
+``multi_turn:force_terminated``, as BFCL's runner names them.
 
 Is executing the model's calls code execution of model output? The calls are decoded here into a name and
 literal keyword values, never evaluated; but BFCL's executor turns them back into source strings and
@@ -44,20 +70,34 @@ from sandbox.oneshot import Bind, run_program, run_programs
 from sandbox.policy import JailLimits
 from spade_core.eval.base import EvalItem, Message, Suite
 from spade_core.eval.bfcl_calls import Call, bfcl_checkers, try_parse_calls
+from spade_core.eval.bfcl_single import PASSED, Verdict, gold_calls, single_turn_verdict
 
-CATEGORIES: dict[str, str] = {
-    "simple": "BFCL_v4_simple_python.json",
-    "parallel": "BFCL_v4_parallel.json",
-    "irrelevance": "BFCL_v4_irrelevance.json",
-    "multi_turn_base": "BFCL_v4_multi_turn_base.json",
-    "multi_turn_miss_func": "BFCL_v4_multi_turn_miss_func.json",
-    "multi_turn_miss_param": "BFCL_v4_multi_turn_miss_param.json",
-    "multi_turn_long_context": "BFCL_v4_multi_turn_long_context.json",
-}
-DEFAULT_CATEGORIES = ("simple", "parallel", "irrelevance", "multi_turn_base")  # suite "bfcl"
-# suite "bfcl_multi_turn": the multi-turn categories the paper reports (their gem_eval_bfcl_only.yaml)
+NON_LIVE_CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple", "java", "javascript", "irrelevance")
+LIVE_CATEGORIES = (
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_relevance",
+    "live_irrelevance",
+)
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
-PYTHON_HINT = " Note that the provided function is in Python 3 syntax."  # BFCL's language hint
+# suite "bfcl_full": the paper's 17 (their gem_eval_bfcl_only.yaml; tool_use.yaml's non_live, live, multi_turn)
+PAPER_CATEGORIES = NON_LIVE_CATEGORIES + LIVE_CATEGORIES + MULTI_TURN_CATEGORIES
+DEFAULT_CATEGORIES = ("simple", "parallel", "irrelevance", "multi_turn_base")  # suite "bfcl"
+_BFCL_NAMES = {"simple": "simple_python", "java": "simple_java", "javascript": "simple_javascript"}
+# our category name -> BFCL's data file (BFCL's category name is the file's stem after the version prefix)
+CATEGORIES: dict[str, str] = {c: f"BFCL_v4_{_BFCL_NAMES.get(c, c)}.json" for c in PAPER_CATEGORIES}
+NOT_RUN: dict[str, str] = {
+    "web_search_base": "searches and fetches web pages over the network (SerpAPI, an API key)",
+    "web_search_no_snippet": "searches and fetches web pages over the network (SerpAPI, an API key)",
+    "memory_kv": "agentic: replays prerequisite conversations into BFCL's memory backend first; not in the paper",
+    "memory_vector": "loads a sentence-transformers model by its hub name (network) and a faiss index",
+    "memory_rec_sum": "agentic: replays prerequisite conversations into BFCL's memory backend first; not in the paper",
+    "format_sensitivity": "BFCL does not score it (a prompt-format robustness probe); not in the paper",
+}
+FULL_LIMIT = 4441  # entries of the 17 categories in bfcl-eval 2026.3.23: every one once (a test pins it)
+MAXIMUM_STEP_LIMIT = 20  # BFCL's call steps per turn (constants.default_prompts.MAXIMUM_STEP_LIMIT)
 
 MAX_RESULT_CHARS = 2000
 DRIVER = Path(__file__).with_name("bfcl_driver.py")
@@ -89,6 +129,39 @@ def _answers(category: str) -> dict[str, Any]:
     return {} if not (data_dir() / path).exists() else {e["id"]: e["ground_truth"] for e in _jsonl(str(path))}
 
 
+def bfcl_name(category: str) -> str:
+    """BFCL's name of one of our categories (its data file's stem).
+
+    >>> bfcl_name("java"), bfcl_name("live_simple")
+    ('simple_java', 'live_simple')
+    """
+    return CATEGORIES[category].removeprefix("BFCL_v4_").removesuffix(".json")
+
+
+def category_sizes(categories: Sequence[str]) -> list[int]:
+    """Entries per category in the installed bfcl-eval data."""
+    return [len(_jsonl(CATEGORIES[c])) for c in categories]
+
+
+def allocate(limit: int, sizes: Sequence[int]) -> list[int]:
+    """``limit`` items split evenly over categories of ``sizes`` entries, a full category's share passed on to
+    the others (earlier categories take the remainder first).
+
+    >>> allocate(8, [10, 10, 10]), allocate(10, [1, 10, 10]), allocate(100, [3, 4])
+    ([3, 3, 2], [1, 5, 4], [3, 4])
+    """
+    counts = [0] * len(sizes)
+    remaining, open_ = limit, [i for i, size in enumerate(sizes) if size > 0]
+    while remaining > 0 and open_:
+        share, extra = divmod(remaining, len(open_))
+        for rank, i in enumerate(open_):
+            take = min(sizes[i] - counts[i], share + (1 if rank < extra else 0))
+            counts[i] += take
+            remaining -= take
+        open_ = [i for i in open_ if counts[i] < sizes[i]]
+    return counts
+
+
 def system_prompt(functions: list[dict[str, Any]]) -> str:
     """BFCL's default system prompt for prompting models (``DEFAULT_SYSTEM_PROMPT_FORMAT``)."""
     from bfcl_eval.constants import default_prompts as p
@@ -112,18 +185,9 @@ def _multi_turn_functions(involved: list[str]) -> list[dict[str, Any]]:
     return [f for cls in involved for f in _jsonl(f"multi_turn_func_doc/{MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls]}")]
 
 
-def _pick(options: list[Any]) -> Any:
-    """The first listed possible answer of a parameter ("" = may be omitted), its dicts resolved too."""
-    chosen = next((o for o in options if o != ""), "")
-    return _resolve(chosen)
-
-
-def _resolve(value: Any) -> Any:
-    if isinstance(value, dict):  # a dict answer lists the possible answers of each key
-        return {k: _pick(v) for k, v in value.items() if _pick(v) != ""}
-    if isinstance(value, list):
-        return [_resolve(v) for v in value]
-    return value
+def _hinted(functions: list[dict[str, Any]], category: str) -> list[dict[str, Any]]:
+    """The function docs as BFCL's prompt shows them: its language hints (a copy; the data stays as is)."""
+    return bfcl_checkers().language_docs(copy.deepcopy(functions), bfcl_name(category))  # type: ignore[no-any-return]
 
 
 class BFCLSuite(Suite):
@@ -144,11 +208,10 @@ class BFCLSuite(Suite):
     # -- items ------------------------------------------------------------------------------------------
     def items(self, limit: int, seed: int) -> list[EvalItem]:
         out: list[EvalItem] = []
-        for i, category in enumerate(self.categories):
-            count = limit // len(self.categories) + (1 if i < limit % len(self.categories) else 0)
+        for category, count in zip(self.categories, allocate(limit, category_sizes(self.categories)), strict=True):
             entries = _jsonl(CATEGORIES[category])
             rng = random.Random(f"spade-eval/bfcl/{seed}/{category}")
-            for index in sorted(rng.sample(range(len(entries)), min(count, len(entries)))):
+            for index in sorted(rng.sample(range(len(entries)), count)):
                 out.append(self._item(category, entries[index]))
         return out
 
@@ -164,9 +227,10 @@ class BFCLSuite(Suite):
     def _item(self, category: str, entry: dict[str, Any]) -> EvalItem:
         number = entry["id"].rsplit("_", 1)[1]
         multi_turn = category.startswith("multi_turn")
-        functions = copy.deepcopy(_multi_turn_functions(entry["involved_classes"]) if multi_turn else entry["function"])
-        for function in functions:
-            function["description"] = function.get("description", "") + PYTHON_HINT
+        # The checker gets the docs as the data has them, the prompt BFCL's hinted ones (module doc).
+        functions = _hinted(
+            _multi_turn_functions(entry["involved_classes"]) if multi_turn else entry["function"], category
+        )
         turns: list[list[Message]] = [list(turn) for turn in entry["question"]]
         held_out = entry.get("missed_function") or {}
         if held_out:  # miss_func: BFCL's populate_test_cases_with_predefined_functions and inference loop
@@ -183,10 +247,18 @@ class BFCLSuite(Suite):
         if multi_turn:
             data["entry"] = {k: entry[k] for k in ("id", "initial_config", "involved_classes")}
             data["turns"] = turns
+        else:
+            data["functions"] = copy.deepcopy(entry["function"])
+        first = list(turns[0])
+        prompt = system_prompt(functions)
+        if first and first[0]["role"] == "system":  # BFCL: the entry's own system message after its prompt
+            first[0] = {"role": "system", "content": f"{prompt}\n\n{first[0]['content']}"}
+        else:
+            first.insert(0, {"role": "system", "content": prompt})
         return EvalItem(
             suite=self.name,
             item_id=f"bfcl/{category}/{number}",
-            messages=[{"role": "system", "content": system_prompt(functions)}, *turns[0]],
+            messages=first,
             answer=_answers(category).get(entry["id"]),
             data=data,
         )
@@ -258,56 +330,50 @@ class BFCLSuite(Suite):
         ]
 
     # -- scoring ------------------------------------------------------------------------------------------
-    def score_many(self, items: Sequence[EvalItem], responses: Sequence[str]) -> list[tuple[float, bool]]:
-        out: list[tuple[float, bool]] = [(0.0, False)] * len(items)
+    def verdicts(self, items: Sequence[EvalItem], responses: Sequence[str]) -> list[Verdict]:
+        """BFCL's check of each response: passed, or failed with BFCL's ``error_type`` (module doc). A bad
+        response is a failed verdict, never an exception; multi-turn checks run together in one jail."""
+        out: list[Verdict] = [PASSED] * len(items)
         checks: list[tuple[int, dict[str, Any]]] = []
         for i, (item, response) in enumerate(zip(items, responses, strict=True)):
-            if "turns" in item.data:
-                job = self._check_job(item, response or "")
-                if job is not None:
-                    checks.append((i, job))
+            if "turns" not in item.data:
+                category = bfcl_name(item.data["category"])
+                out[i] = single_turn_verdict(response or "", category, item.data["functions"], item.answer)
+                continue
+            job = self._check_job(item, response or "")
+            if isinstance(job, Verdict):
+                out[i] = job
             else:
-                passed = self._ast_passed(item, response or "")
-                out[i] = (1.0 if passed else 0.0, passed)
+                checks.append((i, job))
         for (i, _), result in zip(checks, self._run_jobs([job for _, job in checks]), strict=True):
-            passed = isinstance(result, dict) and result.get("valid") is True
-            out[i] = (1.0 if passed else 0.0, passed)
+            if isinstance(result, dict) and result.get("valid") is True:
+                out[i] = PASSED
+            elif isinstance(result, dict) and "valid" in result:
+                out[i] = Verdict(False, str(result.get("error_type")), str(result.get("error_message", "")))
+            else:
+                error = result.get("error", "no result") if isinstance(result, dict) else repr(result)[:200]
+                out[i] = Verdict(False, "multi_turn:checker_error", str(error))
         return out
+
+    def score_many(self, items: Sequence[EvalItem], responses: Sequence[str]) -> list[tuple[float, bool]]:
+        return [(v.score, v.passed) for v in self.verdicts(items, responses)]
 
     def score(self, item: EvalItem, response: str) -> tuple[float, bool]:
         return self.score_many([item], [response])[0]
 
-    def _ast_passed(self, item: EvalItem, response: str) -> bool:
-        calls = try_parse_calls(response)
-        category = item.data["category"]
-        if category == "irrelevance":
-            return not calls  # undecodable or empty: the model made no call
-        if not calls:
-            return False
-        checkers = bfcl_checkers()
-        try:
-            result = checkers.ast_checker(
-                item.data["functions"],
-                [c.as_bfcl() for c in calls],
-                item.answer,
-                checkers.Language.PYTHON,
-                category,
-                "spade",
-            )
-        except Exception:  # the checker tripping over an odd value is a failed item
-            return False
-        return bool(result.get("valid"))
-
-    def _check_job(self, item: EvalItem, response: str) -> dict[str, Any] | None:
-        """The driver's check job for a multi-turn response, or None when it fails before checking."""
+    def _check_job(self, item: EvalItem, response: str) -> dict[str, Any] | Verdict:
+        """The driver's check job for a multi-turn response, or the verdict when it fails before checking."""
         try:
             recorded = json.loads(response)
             turns = recorded["turns"]
         except (ValueError, TypeError, KeyError):
-            return None
+            return Verdict(False, "multi_turn:inference_error", "the response is not the recorded dialogue")
         ground_truth = item.answer or []
-        if recorded.get("force_terminated") or not isinstance(turns, list) or len(turns) != len(ground_truth):
-            return None  # BFCL: force-terminated or incomplete
+        if not isinstance(turns, list) or not all(isinstance(turn, list) for turn in turns):
+            return Verdict(False, "multi_turn:inference_error", "the recorded turns are not lists of replies")
+        if recorded.get("force_terminated") or len(turns) != len(ground_truth):  # BFCL: one error type for both
+            reason = "step limit reached" if recorded.get("force_terminated") else f"{len(turns)} turns recorded"
+            return Verdict(False, "multi_turn:force_terminated", f"{reason}, {len(ground_truth)} expected")
         decoded = []
         for turn in turns:
             steps = [try_parse_calls(text) if isinstance(text, str) else None for text in turn]
@@ -316,23 +382,15 @@ class BFCLSuite(Suite):
 
     # -- oracle ------------------------------------------------------------------------------------------
     def gold_response(self, item: EvalItem) -> str:
-        category = item.data["category"]
-        if category == "irrelevance":
-            return "None of the given functions can be used for this request."
         if "turns" in item.data:
             turns = [[self._keyword_call(item, source) for source in turn] for turn in item.answer]
             steps = [[f"[{', '.join(c.source() for c in calls)}]"] if calls else [] for calls in turns]
             return json.dumps({"turns": steps})
-        calls = []
-        for answer in item.answer:
-            ((name, params),) = answer.items()
-            calls.append(Call(name, {k: _pick(v) for k, v in params.items() if _pick(v) != ""}))
-        return f"[{', '.join(c.source() for c in calls)}]"
+        return gold_calls(bfcl_name(item.data["category"]), item.data["functions"], item.answer)
 
     @staticmethod
     def _keyword_call(item: EvalItem, source: str) -> Call:
         """A ground-truth call (BFCL data, trusted) with positional arguments named from the method signature."""
-
         from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
 
         node = ast.parse(source, mode="eval").body
@@ -354,3 +412,20 @@ class BFCLMultiTurnSuite(BFCLSuite):
 
     name = "bfcl_multi_turn"
     default_categories = MULTI_TURN_CATEGORIES
+
+
+class BFCLFullSuite(BFCLSuite):
+    """The paper's BFCL evaluation: all 17 categories (:data:`PAPER_CATEGORIES`), one sample per entry.
+
+    Sampling as theirs: greedy (their offline ``bfcl generate --temperature 0.0``; in the training loop
+    0.001), up to 4,096 tokens per reply and :data:`MAXIMUM_STEP_LIMIT` call steps per turn
+    (``gem_eval_bfcl_only.yaml``, ``bfcl_evaluator.py``). Their sample count is every entry once: ``limit``
+    :data:`FULL_LIMIT` (or more) selects all of them; a smaller ``limit`` is split evenly over the categories.
+    """
+
+    name = "bfcl_full"
+    max_new_tokens = 4096
+    default_categories = PAPER_CATEGORIES
+
+    def __init__(self, categories: Sequence[str] | None = None, max_steps_per_turn: int = MAXIMUM_STEP_LIMIT) -> None:
+        super().__init__(categories, max_steps_per_turn)

@@ -7,11 +7,17 @@ as BFCL does), nested calls (as data), subscripts (as source text), and ``+ - * 
 (computed here, bounded). Anything else makes the whole reply undecodable. Positional arguments are dropped,
 as BFCL's decoder drops them. A reply wrapped in a Markdown code fence is unwrapped first.
 
-Also here, in ONE place: :func:`bfcl_checkers` imports BFCL's AST checker offline. ``bfcl_eval`` is installed
-with ``--no-deps``, and ``bfcl_eval.constants.model_config`` imports every provider SDK (openai, anthropic,
-cohere, ...) only to build ``MODEL_CONFIG_MAPPING``; the checker needs that mapping for one thing: whether
-a model's names had "." rewritten to "_". We prompt with the original dotted names, so the stub module
-installed in ``sys.modules`` answers every lookup with ``underscore_to_dot=False``.
+Java and JavaScript replies (BFCL's ``simple_java`` / ``simple_javascript``) are decoded by BFCL's own
+decoders (:func:`parse_calls_in`): ``tree_sitter`` parsers that read the call's text and never run it, as
+BFCL's ``default_decode_ast_prompting`` calls them (backticks and whitespace stripped, then the reply's
+outer brackets dropped). Their values stay Java / JavaScript source text (``"new int[]{1, 2}"``, ``"true"``;
+a top-level string literal loses its quotes); BFCL's checker converts them by the parameter's type.
+
+Also here, in ONE place: :func:`bfcl_checkers` imports BFCL's checker and dataset helpers offline.
+``bfcl_eval`` is installed with ``--no-deps``, and ``bfcl_eval.constants.model_config`` imports every provider
+SDK (openai, anthropic, cohere, ...) only to build ``MODEL_CONFIG_MAPPING``; the checker needs that mapping
+for one thing: whether a model's names had "." rewritten to "_". We prompt with the original dotted names, so
+the stub module installed in ``sys.modules`` answers every lookup with ``underscore_to_dot=False``.
 """
 
 from __future__ import annotations
@@ -159,6 +165,31 @@ def try_parse_calls(text: str) -> list[Call] | None:
         return None
 
 
+def parse_calls_in(text: str, language: str) -> list[dict[str, Any]]:
+    """Decode a reply into BFCL's form ``[{name: {param: value}}]`` for a category's ``language``.
+
+    ``python`` is :func:`parse_calls`; ``java`` and ``javascript`` are BFCL's tree-sitter decoders (see the
+    module doc), which return what BFCL's checker gets, possibly not a list of calls at all (BFCL's checker
+    then reports the wrong output format). Raises :class:`CallSyntaxError` when the reply does not decode.
+
+    >>> parse_calls_in('[Math.max(a=1, b="x y")]', "java")
+    [{'Math.max': {'a': '1', 'b': 'x y'}}]
+    """
+    if language == "python":
+        return [call.as_bfcl() for call in parse_calls(text)]
+    if len(text) > MAX_REPLY_CHARS:
+        raise CallSyntaxError(f"reply longer than {MAX_REPLY_CHARS} characters")
+    fenced = _FENCE.search(text)
+    text = (fenced.group(1) if fenced else text).strip("`\n ")
+    text = text if text.startswith("[") else "[" + text
+    text = text if text.endswith("]") else text + "]"
+    parse = bfcl_checkers().decoders[language]
+    try:
+        return parse(text[1:-1])  # type: ignore[no-any-return]
+    except Exception as exc:  # BFCL's decoders raise SyntaxError and plain Exception
+        raise CallSyntaxError(f"not a {language} call: {str(exc)[:120]}") from None
+
+
 # -- BFCL's checkers, imported offline ---------------------------------------------------------------------
 
 
@@ -171,13 +202,24 @@ class _NoModelConfigs(dict[str, Any]):
 
 @functools.cache
 def bfcl_checkers() -> types.SimpleNamespace:
-    """BFCL's ``ast_checker`` and ``Language``, imported with the model-config stub (see module doc)."""
+    """BFCL's ``ast_checker``, ``Language``, output-format tests, function-doc hints and Java / JavaScript
+    decoders, imported with the model-config stub (see module doc)."""
     name = "bfcl_eval.constants.model_config"
     if name not in sys.modules:
         stub = types.ModuleType(name)
         stub.MODEL_CONFIG_MAPPING = _NoModelConfigs()  # type: ignore[attr-defined]
         sys.modules[name] = stub
+    from bfcl_eval import utils
     from bfcl_eval.constants.enums import Language
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+    from bfcl_eval.model_handler.parser.java_parser import parse_java_function_call
+    from bfcl_eval.model_handler.parser.js_parser import parse_javascript_function_call
 
-    return types.SimpleNamespace(ast_checker=ast_checker, Language=Language)
+    return types.SimpleNamespace(
+        ast_checker=ast_checker,
+        Language=Language,
+        is_call_list=utils.is_function_calling_format_output,
+        is_empty_output=utils.is_empty_output,
+        language_docs=utils._func_doc_language_specific_pre_processing,
+        decoders={"java": parse_java_function_call, "javascript": parse_javascript_function_call},
+    )
