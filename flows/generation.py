@@ -16,7 +16,7 @@ from prefect import flow
 
 from flows.report import Reporter, publish_summary
 from spade_core.config import SpadeConfig
-from spade_core.pipeline.leases import device_turn, release_models
+from spade_core.pipeline.leases import process_pool
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.runner import Result, Watcher, run_generation_stages
 from spade_core.pipeline.stage import Stage
@@ -57,7 +57,7 @@ class Reported(Watcher):
         self.report.finish(record)
 
     def exclusive(self, stage: Stage) -> AbstractContextManager[object]:
-        return device_turn(self.shared)
+        return process_pool().device_turn(self.shared)
 
 
 def run_pipeline(
@@ -87,7 +87,7 @@ def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
         return summary
     finally:
         # a design chain of the next generation may still use its model; a vLLM engine stays for its checkpoint
-        release_models(wait=False, keep_reloadable=True)
+        process_pool().release(wait=False, keep_reloadable=True)
 
 
 @flow(name="spade-design-chain", log_prints=True)
@@ -99,7 +99,7 @@ def design_chain(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any
     try:
         records, _ = run_pipeline(cfg, run_id, gen, chain_only=True)
     finally:
-        release_models(wait=False, keep_reloadable=True)
+        process_pool().release(wait=False, keep_reloadable=True)
     return {
         "run_id": run_id,
         "gen": gen,

@@ -19,7 +19,7 @@ from prefect.tasks import exponential_backoff
 from spade_core.config import SpadeConfig
 from spade_core.faults import permanent
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.leases import lease_for
+from spade_core.pipeline.leases import process_pool
 from spade_core.pipeline.registry import stage as stage_named
 from spade_core.pipeline.stage import Stage, execute, finish
 from spade_core.store.artifacts import Store
@@ -42,7 +42,8 @@ def run_stage(
     passive_waits()  # a worker process of the processes / dask runners starts here
     stage = stage_named(name, cfg, gen)
     ctx = _context(cfg, run_id, gen)
-    lease_at = (lambda step: lease_for(cfg, ctx.store, run_id, step)) if stage.uses_model else None
+    models = process_pool()  # a task's process keeps its models for the next task (pipeline/leases.py)
+    lease_at = (lambda step: models.lease_for(cfg, ctx.store, run_id, step)) if stage.uses_model else None
     record = execute(stage, ctx, upstream, lease_at, shard)
     if reason := record.info.get("skipped_reason"):
         from prefect.logging import get_run_logger

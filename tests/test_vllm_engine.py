@@ -19,7 +19,7 @@ from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import GenerationRequest, ModelError, SamplingParams
 from spade_core.llm.embedded import cache_dir
 from spade_core.llm.vllm_server import VLLMGenerator, engine_python
-from spade_core.pipeline import leases
+from spade_core.pipeline.leases import ModelPool
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
@@ -203,15 +203,13 @@ def test_the_lease_hands_the_next_checkpoint_to_the_idle_server(
     # load_checkpoint finds that checkpoint already there: no swap, no second engine).
     moved, base = model_cfg(moved_model), model_cfg(tiny_model_dir)
     assert engine.model_path == moved_model
-    leases._LOADED[base.model_dump_json()] = (engine, None)
+    models = ModelPool()
+    models.adopt(base, engine)
     swaps = len(engine.swaps)
-    try:
-        with leases._leased(moved, one_at_a_time=False) as served:
-            assert served is engine and len(engine.swaps) == swaps
-        assert list(leases._LOADED) == [moved.model_dump_json()]
-        assert leases.release_models(wait=False, keep_reloadable=True) == 0  # kept for the next checkpoint
-    finally:
-        leases._LOADED.clear()
+    with models.leased(moved, one_at_a_time=False) as served:
+        assert served is engine and len(engine.swaps) == swaps
+    assert models.loaded() == [moved.model_dump_json()]
+    assert models.release(wait=False, keep_reloadable=True) == 0  # kept for the next checkpoint
 
 
 def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMGenerator) -> None:

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from spade_core.config import SpadeConfig
 from spade_core.designer.memory import Memory
 from spade_core.steps import first_step
 from spade_core.store.artifacts import Store, StoreError, WrittenFile
 from spade_core.store.markers import listed_files
-from spade_core.store.schemas import SCHEMAS
 from spade_core.store.verdicts import final_designs
 
 if TYPE_CHECKING:
@@ -166,11 +165,14 @@ class GenerationContext:
         return files
 
     def read_shard(self, table: str, stage: str, shard: int) -> pd.DataFrame:
-        """Exactly one (stage, shard) file of this generation's ``table``."""
+        """Exactly the (stage, shard) file of this generation's ``table``, taken from the files ``stage``'s
+        marker lists (a file of that name the marker does not list is not read)."""
         self._declared(table, "read")
-        path = self.store.table_path(table, self.run_id, self.gen, stage, shard)
-        with self.store.fs.open(path, "rb") as fh:
-            return pq.read_table(fh, schema=SCHEMAS[table]).to_pandas(maps_as_pydicts="strict")
+        name = PurePosixPath(self.store.table_path(table, self.run_id, self.gen, stage, shard)).name
+        files = [path for path in self._listed(table, stage) if PurePosixPath(path).name == name]
+        if not files:
+            raise StoreError(f"run {self.run_id} gen {self.gen}: stage {stage!r}'s marker lists no {table} file {name}")
+        return self.store.read_files(table, files).drop(columns=["run_id", "gen"])
 
     def pool(self) -> pd.DataFrame:
         """The environments this generation plays, as the pool stage wrote them (read once)."""
@@ -187,11 +189,11 @@ class GenerationContext:
         return self._memo["memory"]
 
     def read_previous(self, table: str, stage: str) -> pd.DataFrame:
-        """Generation ``gen - 1``'s rows of ``table`` written by ``stage`` (empty before the first)."""
+        """Generation ``gen - 1``'s rows of ``table`` from the files ``stage``'s marker there lists (empty before
+        the first generation, or when that stage has no marker there)."""
         self._declared(table, "read")
-        if self.gen <= 1:
-            return self.store.read_files(table, [])
-        return self.store.read_table(table, self.run_id, self.gen - 1, stages=[stage])
+        files = listed_files(self.store, self.run_id, self.gen - 1, stage, table) if self.gen > 1 else None
+        return self.store.read_files(table, files or [])
 
     def final_designs(self, *, novelty: bool = True) -> pd.DataFrame:
         """This generation's designs with their final verdicts (:func:`spade_core.store.verdicts.final_designs`)."""

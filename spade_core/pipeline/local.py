@@ -3,8 +3,9 @@
 schedule across generations), only without Prefect and its retries, so the end-to-end tests exercise the
 production order.
 
-The model-calling stages get the production leases (:mod:`spade_core.pipeline.leases`: the checkpoint each
-stage resolves, loaded once in this process) unless a ``lease`` is given: scripts and tests hand in one
+The model-calling stages get the production leases of the run's own
+:class:`~spade_core.pipeline.leases.ModelPool` (the checkpoint each stage resolves, loaded once and released
+when the run ends) unless a ``lease`` is given: scripts and tests hand in one
 loaded model, which then serves every model-calling stage one at a time (the rows still record the
 checkpoint each stage resolved).
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from spade_core.config import SpadeConfig
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.leases import lease_for, release_models
+from spade_core.pipeline.leases import ModelPool
 from spade_core.pipeline.registry import chain_for, stages_for
 from spade_core.pipeline.runner import Watcher, run_generation_stages, run_generations
 from spade_core.pipeline.stage import GeneratorLease, LeaseAt, Stage, execute, finish
@@ -40,13 +41,16 @@ class InProcess:
 
     ctx: GenerationContext
     lease: GeneratorLease | None = None
+    models: ModelPool | None = None
 
     def lease_at(self) -> LeaseAt:
-        """The lease of checkpoint ``step``: the given one, else the production lease."""
-        fixed, ctx = self.lease, self.ctx
+        """The lease of checkpoint ``step``: the given one, else the production lease of ``models``."""
+        fixed, ctx, models = self.lease, self.ctx, self.models
         if fixed is not None:
             return lambda _step: fixed
-        return lambda step: lease_for(ctx.cfg, ctx.store, ctx.run_id, step)
+        if models is None:
+            raise ValueError("a model-calling stage needs a lease or a model pool")
+        return lambda step: models.lease_for(ctx.cfg, ctx.store, ctx.run_id, step)
 
     def one(self, stage: Stage, upstream: dict[str, StageRecord], shard: int | None) -> Future[StageRecord]:
         return _done(execute(stage, self.ctx, upstream, self.lease_at() if stage.uses_model else None, shard))
@@ -63,12 +67,21 @@ def run_generation(
     lease: GeneratorLease | None = None,
     stages: Sequence[Stage] | None = None,
     watch: Watcher | None = None,
+    models: ModelPool | None = None,
 ) -> dict[str, StageRecord]:
     """Run (or reuse) every stage of generation ``gen`` (or only ``stages``, e.g. its design chain); returns
-    the whole-stage records by stage name. ``watch`` hears of each stage as it starts and finishes."""
-    submit = InProcess(GenerationContext(cfg, store, run_id, gen), lease)
-    chosen = stages_for(cfg, gen) if stages is None else stages
-    return run_generation_stages(cfg, store, run_id, gen, chosen, submit, watch)
+    the whole-stage records by stage name. ``watch`` hears of each stage as it starts and finishes. Without
+    a ``lease``, the stages load their checkpoints into ``models`` (None: a pool of this call's own, closed
+    when it returns)."""
+    own = models is None and lease is None
+    pool = ModelPool() if own else models
+    try:
+        submit = InProcess(GenerationContext(cfg, store, run_id, gen), lease, pool)
+        chosen = stages_for(cfg, gen) if stages is None else stages
+        return run_generation_stages(cfg, store, run_id, gen, chosen, submit, watch)
+    finally:
+        if own and pool is not None:
+            pool.release()
 
 
 def run_run(
@@ -82,7 +95,7 @@ def run_run(
     """Generations ``gens`` in order (with ``orchestration.async_generations``, each next design chain beside
     the current generation's steps), as the ``spade-run`` flow runs them. A given ``lease``'s one model
     serves one stage at a time: a chain's stage and a generation's stage take turns on it."""
-    shared = None
+    shared, models = None, ModelPool() if lease is None else None
     if lease is not None:
         fixed, turn = lease, threading.Lock()
 
@@ -98,9 +111,9 @@ def run_run(
             store,
             run_id,
             gens,
-            lambda gen: run_generation(cfg, store, run_id, gen, shared, watch=watch),
-            lambda gen: run_generation(cfg, store, run_id, gen, shared, chain_for(cfg, gen), watch),
+            lambda gen: run_generation(cfg, store, run_id, gen, shared, watch=watch, models=models),
+            lambda gen: run_generation(cfg, store, run_id, gen, shared, chain_for(cfg, gen), watch, models),
         )
     finally:
-        if lease is None:
-            release_models()
+        if models is not None:
+            models.release()
