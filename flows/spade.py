@@ -21,7 +21,8 @@ from spade_core.config import ConfigError, SpadeConfig
 from spade_core.eval import evaluate_checkpoint
 from spade_core.pipeline.run_config import bind_run_config, flow_config
 from spade_core.pipeline.runner import run_generations
-from spade_core.pipeline.status import generation_complete, next_generation
+from spade_core.pipeline.status import incomplete_generations, next_generation
+from spade_core.steps import first_step
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import checkpoint_complete
 from spade_core.threads import passive_waits
@@ -81,12 +82,9 @@ def spade_run(
     st = Store.from_config(cfg.store)
     bind_run_config(st, run_id, cfg)
     logger = get_run_logger()
-    todo = []
-    for gen in range(1, generations + 1):
-        if generation_complete(st, cfg, run_id, gen):
-            logger.info("run %s generation %d is complete: skipped", run_id, gen)
-        else:
-            todo.append(gen)
+    todo = incomplete_generations(st, cfg, run_id, generations)
+    for gen in sorted(set(range(1, generations + 1)) - set(todo)):
+        logger.info("run %s generation %d is complete: skipped", run_id, gen)
     return run_generations(
         cfg,
         st,
@@ -112,9 +110,11 @@ def spade_eval(
     cfg = flow_config(run_id, None, None, store)
     st = Store.from_config(cfg.store)
     if gens is None:
-        markers = next_generation(st, cfg, run_id)
-        k = cfg.training.steps_per_generation
-        gens = [g for g in range(markers + 1) if checkpoint_complete(st, run_id, g * k)]
+        gens = [
+            g
+            for g in range(next_generation(st, cfg, run_id) + 1)
+            if checkpoint_complete(st, run_id, first_step(cfg, g + 1))
+        ]
     evaluated = {}
     for g in gens:
         frame = evaluate_checkpoint(cfg, st, run_id, g, suites=suites, limit=limit)

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -214,7 +214,7 @@ def resume(
 def serve(
     limit: Annotated[int, typer.Option("--limit", help="Flow runs at once in this process.")] = 1,
 ) -> None:
-    """Serve the deployments spade/iteration, spade-run/run and spade-eval/eval from this process.
+    """Serve the deployments of prefect.yaml (spade/iteration, spade-run/run, spade-eval/eval) from this process.
 
     Needs a Prefect server (PREFECT_API_URL); then start runs with e.g.
     prefect deployment run spade/iteration -p run_id=my-run
@@ -229,13 +229,7 @@ def serve(
         )
         raise typer.Exit(2)
     from prefect import serve as prefect_serve
-    from prefect.deployments.runner import RunnerDeployment
 
-    from flows.spade import spade, spade_eval, spade_run  # Prefect loads only here
+    from flows.deployments import runner_deployments  # Prefect loads only for the commands that run a flow
 
-    deployments = [
-        spade.to_deployment(name="iteration", description="One SPADE generation (gen defaults to the next one)."),
-        spade_run.to_deployment(name="run", description="Generations 1..N of a run."),
-        spade_eval.to_deployment(name="eval", description="Evaluate checkpoints of a run."),
-    ]
-    prefect_serve(*cast(list[RunnerDeployment], deployments), limit=limit)
+    prefect_serve(*runner_deployments(), limit=limit)

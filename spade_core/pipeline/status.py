@@ -100,3 +100,9 @@ def next_generation(store: Store, cfg: SpadeConfig, run_id: str) -> int:
     ):
         gen += 1
     return gen
+
+
+def incomplete_generations(store: Store, cfg: SpadeConfig, run_id: str, generations: int) -> list[int]:
+    """The generations of 1..``generations`` that are not complete, in order: what a run of that many
+    generations still has to do (a complete one is skipped, an interrupted one finished)."""
+    return [gen for gen in range(1, generations + 1) if not generation_complete(store, cfg, run_id, gen)]

@@ -10,6 +10,7 @@ from spade_core.config import SpadeConfig
 from spade_core.eval import evaluate_checkpoint
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
+from spade_core.steps import first_step
 from spade_core.store.artifacts import WrittenFile
 from spade_core.store.checkpoints import checkpoint_complete
 
@@ -24,7 +25,7 @@ def due(cfg: SpadeConfig, gen: int) -> bool:
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
 
-    if not checkpoint_complete(ctx.store, ctx.run_id, ctx.gen * ctx.steps):
+    if not checkpoint_complete(ctx.store, ctx.run_id, first_step(ctx.cfg, ctx.gen + 1)):  # the one gen ends with
         return {"skipped_reason": f"generation {ctx.gen} wrote no checkpoint (training.enabled is false)"}
     written: list[WrittenFile] = []
     frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, written=written)
