@@ -270,7 +270,10 @@ def _write_designs(ctx: GenerationContext) -> StageRecord:
     frame = pd.DataFrame(rows)
     for shard in range(2):
         ctx.execution("design").write("designs", frame.iloc[2 * shard : 2 * shard + 2], shard)
-    return StageRecord(stage="design", run_id=ctx.run_id, gen=1, artifact_hash="h", digest="d", info={"shards": 2})
+    files = {"designs": [ctx.store.table_path("designs", ctx.run_id, 1, "design", shard) for shard in range(2)]}
+    return StageRecord(
+        stage="design", run_id=ctx.run_id, gen=1, artifact_hash="h", digest="d", files=files, info={"shards": 2}
+    )
 
 
 @pytest.mark.slow

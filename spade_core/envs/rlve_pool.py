@@ -22,6 +22,7 @@ one step per generation (``training.steps_per_generation: 1``) and a generation 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -30,7 +31,8 @@ from spade_core.envs import rlve
 from spade_core.envs.rlve_difficulty import Window, sample_difficulty, windows
 from spade_core.hashing import short_hash
 from spade_core.store.artifacts import Store
-from spade_core.store.catalog import connect, query
+from spade_core.store.catalog import query
+from spade_core.store.markers import marked_rows
 
 if TYPE_CHECKING:
     from spade_core.config import SpadeConfig
@@ -38,29 +40,30 @@ if TYPE_CHECKING:
 COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]
 SOURCE = "fixed"
 SKILL = "mathematical_reasoning"
+_ROLLOUT = re.compile(r"rollout-s\d+")  # the rollout stage's instances (docs/DESIGN.md §10.2)
 
 
 def _plays(store: Store, run_id: str, before_gen: int) -> pd.DataFrame:
     """gen, env_id, episode_return of the run's no-hint RLVE plays before ``before_gen``, in play order
     (generation, step, environment, episode), error rows left out.
 
-    Only the rollout stage's files count (``rollout-s{k}-{shard}``): plays another command wrote into the
-    run (``spade rollout --run-id`` writes ``rollout-cli``) are no training plays and move no window.
+    Only the files the rollout stages' markers list count (``rollout-s{k}``): plays another command wrote
+    into the run (``spade rollout --run-id`` writes ``rollout-cli``) are no training plays and move no window.
     """
-
-    files = store.path("tables", "episodes", f"run={run_id}", "gen=*", "rollout-s*.parquet")
-    if not store.fs.glob(files):
-        return pd.DataFrame(columns=["gen", "env_id", "episode_return"])
-    con = connect(store)
-    try:
-        source = f"read_parquet('{files}', hive_partitioning=true, hive_types={{'gen': BIGINT}})"
-        return con.execute(
-            f"select gen, env_id, episode_return from {source} where gen < ? and condition = 'no_hint' "
-            "and error_type is null and starts_with(env_id, 'rlve:') order by gen, policy_step, env_id, episode_id",
-            [before_gen],
-        ).df()
-    finally:
-        con.close()
+    columns = ["env_id", "episode_return", "condition", "error_type", "policy_step", "episode_id"]
+    frame = marked_rows(
+        store,
+        "episodes",
+        [run_id],
+        stages=lambda stage: _ROLLOUT.fullmatch(stage) is not None,
+        gens=lambda gen: gen < before_gen,
+        columns=columns,
+    )
+    frame = frame[
+        (frame["condition"] == "no_hint") & frame["error_type"].isna() & frame["env_id"].str.startswith("rlve:")
+    ]
+    frame = frame.sort_values(["gen", "policy_step", "env_id", "episode_id"], kind="stable")
+    return frame[["gen", "env_id", "episode_return"]].reset_index(drop=True)
 
 
 def _outcomes(frame: pd.DataFrame) -> list[tuple[str, int, bool]]:

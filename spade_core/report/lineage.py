@@ -16,7 +16,7 @@ import pandas as pd
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
 from spade_core.pipeline.run_config import load_run_config
 from spade_core.store.artifacts import Store
-from spade_core.store.markers import list_markers, listed_files
+from spade_core.store.markers import marked_rows
 
 COLUMNS = ["depth", "env_id", "origin", "run_id", "gen", "skill", "win_rate", "regret"]
 MAX_DEPTH = 1000  # a chain longer than this is a cycle in corrupted rows, not a lineage
@@ -41,19 +41,6 @@ def named_runs(store: Store, runs: list[str]) -> list[str]:
         if pool and pool.startswith("run:"):
             todo.append(pool.removeprefix("run:"))
     return found
-
-
-def marked_rows(store: Store, table: str, runs: list[str]) -> pd.DataFrame:
-    """The rows of ``table`` in the files the markers of ``runs`` list: a file written into a partition
-    around the pipeline (or under a run outside ``runs``) is not read."""
-    files = {
-        path
-        for run in runs
-        for gen, records in list_markers(store, run).items()
-        for record in records.values()
-        for path in listed_files(store, run, gen, record.stage, table, record=record) or []
-    }
-    return store.read_files(table, sorted(files))
 
 
 def lineage(store: Store, env_id: str, runs: list[str] | None = None) -> pd.DataFrame:

@@ -24,9 +24,11 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pandas as pd
 from pydantic import BaseModel, Field, ValidationError
 
 from spade_core.config import SpadeConfig
@@ -216,3 +218,28 @@ def now_precise() -> str:
     """UTC now with milliseconds (a stage's start: the run report's timeline needs sub-second order)."""
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def marked_rows(
+    store: Store,
+    table: str,
+    runs: Sequence[str],
+    *,
+    stages: Callable[[str], bool] | None = None,
+    gens: Callable[[int], bool] | None = None,
+    columns: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The rows of ``table`` in the files that the markers of ``runs`` list (only markers of the ``stages``
+    and ``gens`` the predicates accept): a file written into a partition around the pipeline, or under a run
+    outside ``runs``, is not read. Each file is read once, however many markers list it (a sharded stage's
+    shards and its whole-stage marker)."""
+    files = {
+        path
+        for run in runs
+        for gen, records in list_markers(store, run).items()
+        if gens is None or gens(gen)
+        for record in records.values()
+        if stages is None or stages(record.stage)
+        for path in listed_files(store, run, gen, record.stage, table, record=record) or []
+    }
+    return store.read_files(table, sorted(files), columns=columns)

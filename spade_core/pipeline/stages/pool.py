@@ -20,7 +20,7 @@ from spade_core.envs.seeds import SeedEnv, load_seed_envs, load_starter_envs
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.shards import shard_count
-from spade_core.store.catalog import query
+from spade_core.store.markers import marked_rows
 
 NAME = "pool"
 COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]
@@ -74,15 +74,12 @@ def fixed_pool(ctx: GenerationContext) -> pd.DataFrame:
     if source == "starters":
         return library_rows(load_starter_envs(), "fixed")
     run = source.removeprefix("run:")
-    frame = query(
-        ctx.store,
-        "select distinct p.env_id, cast(null as varchar) as design_id, p.skill, p.kind, p.code, 'fixed' as source "
-        "from pool p where p.run_id = ? and p.source = 'design' order by p.env_id",
-        [run],
-    )
+    frame = marked_rows(ctx.store, "pool", [run], columns=COLUMNS)  # the pool and top-up stages' files
+    frame = frame[frame["source"] == "design"]
     if frame.empty:
         raise ValueError(f"designer.fixed_pool {source!r}: run {run!r} has no valid environments in the store")
-    return frame.drop_duplicates("env_id").reset_index(drop=True)
+    frame = frame.sort_values("env_id", kind="stable").drop_duplicates("env_id")
+    return frame.assign(design_id=None, source="fixed")[COLUMNS].reset_index(drop=True)
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
