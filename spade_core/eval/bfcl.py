@@ -1,6 +1,6 @@
 """BFCL (Berkeley Function-Calling Leaderboard, ``bfcl-eval`` data, v4): its 17 scoring categories of single
 calls, multi-turn dialogues and relevance, each checked with BFCL's own checker. The categories, by the names
-the authors' ``gem_eval_bfcl_only.yaml`` uses (BFCL's file in :data:`CATEGORIES`):
+the authors' ``gem_eval_bfcl_only.yaml`` uses (BFCL's file in :data:`~spade_core.eval.bfcl_data.CATEGORIES`):
 
 - non-live (BFCL's expert-written entries): ``simple`` (Python), ``multiple`` (one call, several functions
   offered), ``parallel`` (several calls of one function), ``parallel_multiple``, ``java``, ``javascript``
@@ -15,10 +15,11 @@ the authors' ``gem_eval_bfcl_only.yaml`` uses (BFCL's file in :data:`CATEGORIES`
 
 Suites: ``bfcl`` runs simple, parallel, irrelevance and the multi-turn base set; ``bfcl_multi_turn`` the four
 multi-turn categories; ``bfcl_full`` all 17 as the paper evaluates tool use (:class:`BFCLFullSuite`: one
-greedy sample per entry, every entry of every category when ``limit`` is :data:`FULL_LIMIT` or more).
+greedy sample per entry, every entry of every category when ``limit`` is
+:data:`~spade_core.eval.bfcl_data.FULL_LIMIT` or more).
 
 bfcl-eval 2026.3.23 ships six more categories, none of which the paper runs and none of which is run here
-(:data:`NOT_RUN` says why, one line each): the five agentic ones (``web_search_base`` and
+(:data:`~spade_core.eval.bfcl_data.NOT_RUN` says why, one line each): the five agentic ones (``web_search_base`` and
 ``web_search_no_snippet`` search and fetch pages over the network through SerpAPI, with an API key;
 ``memory_kv``, ``memory_vector``, ``memory_rec_sum`` first replay prerequisite conversations into a memory
 backend, ``memory_vector``'s being a sentence-transformers model loaded by its hub name and a faiss index)
@@ -57,7 +58,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import functools
 import importlib.util
 import inspect
 import json
@@ -70,96 +70,26 @@ from sandbox.oneshot import Bind, run_program, run_programs
 from sandbox.policy import JailLimits
 from spade_core.eval.base import EvalItem, Message, Suite
 from spade_core.eval.bfcl_calls import Call, bfcl_checkers, try_parse_calls
-from spade_core.eval.bfcl_single import PASSED, Verdict, gold_calls, single_turn_verdict
-
-NON_LIVE_CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple", "java", "javascript", "irrelevance")
-LIVE_CATEGORIES = (
-    "live_simple",
-    "live_multiple",
-    "live_parallel",
-    "live_parallel_multiple",
-    "live_relevance",
-    "live_irrelevance",
+from spade_core.eval.bfcl_data import (
+    CATEGORIES,
+    DEFAULT_CATEGORIES,
+    MAXIMUM_STEP_LIMIT,
+    MULTI_TURN_CATEGORIES,
+    PAPER_CATEGORIES,
+    allocate,
+    answers,
+    bfcl_name,
+    category_sizes,
+    entries,
+    multi_turn_functions,
+    package_dir,
 )
-MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
-# suite "bfcl_full": the paper's 17 (their gem_eval_bfcl_only.yaml; tool_use.yaml's non_live, live, multi_turn)
-PAPER_CATEGORIES = NON_LIVE_CATEGORIES + LIVE_CATEGORIES + MULTI_TURN_CATEGORIES
-DEFAULT_CATEGORIES = ("simple", "parallel", "irrelevance", "multi_turn_base")  # suite "bfcl"
-_BFCL_NAMES = {"simple": "simple_python", "java": "simple_java", "javascript": "simple_javascript"}
-# our category name -> BFCL's data file (BFCL's category name is the file's stem after the version prefix)
-CATEGORIES: dict[str, str] = {c: f"BFCL_v4_{_BFCL_NAMES.get(c, c)}.json" for c in PAPER_CATEGORIES}
-NOT_RUN: dict[str, str] = {
-    "web_search_base": "searches and fetches web pages over the network (SerpAPI, an API key)",
-    "web_search_no_snippet": "searches and fetches web pages over the network (SerpAPI, an API key)",
-    "memory_kv": "agentic: replays prerequisite conversations into BFCL's memory backend first; not in the paper",
-    "memory_vector": "loads a sentence-transformers model by its hub name (network) and a faiss index",
-    "memory_rec_sum": "agentic: replays prerequisite conversations into BFCL's memory backend first; not in the paper",
-    "format_sensitivity": "BFCL does not score it (a prompt-format robustness probe); not in the paper",
-}
-FULL_LIMIT = 4441  # entries of the 17 categories in bfcl-eval 2026.3.23: every one once (a test pins it)
-MAXIMUM_STEP_LIMIT = 20  # BFCL's call steps per turn (constants.default_prompts.MAXIMUM_STEP_LIMIT)
+from spade_core.eval.bfcl_single import PASSED, Verdict, gold_calls, single_turn_verdict
 
 MAX_RESULT_CHARS = 2000
 DRIVER = Path(__file__).with_name("bfcl_driver.py")
 BATCH_LIMITS = JailLimits(memory_mb=1024, max_pids=8, time_limit_s=60, cpu_seconds=60, tmpfs_mb=8)
 JOB_LIMITS = JailLimits(memory_mb=1024, max_pids=8, time_limit_s=15, cpu_seconds=15, tmpfs_mb=8)
-
-
-def _package_dir(name: str) -> str:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(f"{name} is not installed (pip install --no-deps bfcl-eval)")
-    return str(Path(spec.origin).parent)
-
-
-@functools.cache
-def data_dir() -> Path:
-    return Path(_package_dir("bfcl_eval")) / "data"
-
-
-@functools.cache
-def _jsonl(relative: str) -> tuple[dict[str, Any], ...]:
-    with open(data_dir() / relative) as fh:
-        return tuple(json.loads(line) for line in fh if line.strip())
-
-
-@functools.cache
-def _answers(category: str) -> dict[str, Any]:
-    path = Path("possible_answer") / CATEGORIES[category]
-    return {} if not (data_dir() / path).exists() else {e["id"]: e["ground_truth"] for e in _jsonl(str(path))}
-
-
-def bfcl_name(category: str) -> str:
-    """BFCL's name of one of our categories (its data file's stem).
-
-    >>> bfcl_name("java"), bfcl_name("live_simple")
-    ('simple_java', 'live_simple')
-    """
-    return CATEGORIES[category].removeprefix("BFCL_v4_").removesuffix(".json")
-
-
-def category_sizes(categories: Sequence[str]) -> list[int]:
-    """Entries per category in the installed bfcl-eval data."""
-    return [len(_jsonl(CATEGORIES[c])) for c in categories]
-
-
-def allocate(limit: int, sizes: Sequence[int]) -> list[int]:
-    """``limit`` items split evenly over categories of ``sizes`` entries, a full category's share passed on to
-    the others (earlier categories take the remainder first).
-
-    >>> allocate(8, [10, 10, 10]), allocate(10, [1, 10, 10]), allocate(100, [3, 4])
-    ([3, 3, 2], [1, 5, 4], [3, 4])
-    """
-    counts = [0] * len(sizes)
-    remaining, open_ = limit, [i for i, size in enumerate(sizes) if size > 0]
-    while remaining > 0 and open_:
-        share, extra = divmod(remaining, len(open_))
-        for rank, i in enumerate(open_):
-            take = min(sizes[i] - counts[i], share + (1 if rank < extra else 0))
-            counts[i] += take
-            remaining -= take
-        open_ = [i for i in open_ if counts[i] < sizes[i]]
-    return counts
 
 
 def system_prompt(functions: list[dict[str, Any]]) -> str:
@@ -177,12 +107,6 @@ def system_prompt(functions: list[dict[str, Any]]) -> str:
         multiturn_behavior=style["multiturn_behavior"],
         available_tools=style["available_tools"].format(format="json", functions=json.dumps(functions)),
     )
-
-
-def _multi_turn_functions(involved: list[str]) -> list[dict[str, Any]]:
-    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
-
-    return [f for cls in involved for f in _jsonl(f"multi_turn_func_doc/{MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls]}")]
 
 
 def _hinted(functions: list[dict[str, Any]], category: str) -> list[dict[str, Any]]:
@@ -209,17 +133,17 @@ class BFCLSuite(Suite):
     def items(self, limit: int, seed: int) -> list[EvalItem]:
         out: list[EvalItem] = []
         for category, count in zip(self.categories, allocate(limit, category_sizes(self.categories)), strict=True):
-            entries = _jsonl(CATEGORIES[category])
+            data = entries(CATEGORIES[category])
             rng = random.Random(f"spade-eval/bfcl/{seed}/{category}")
-            for index in sorted(rng.sample(range(len(entries)), count)):
-                out.append(self._item(category, entries[index]))
+            for index in sorted(rng.sample(range(len(data)), count)):
+                out.append(self._item(category, data[index]))
         return out
 
     def item(self, item_id: str) -> EvalItem:
         prefix, category, number = ([*item_id.split("/"), "", ""])[:3]
         if prefix != "bfcl" or category not in CATEGORIES:
             raise KeyError(f"not a BFCL item id: {item_id!r}")
-        for entry in _jsonl(CATEGORIES[category]):
+        for entry in entries(CATEGORIES[category]):
             if entry["id"].rsplit("_", 1)[1] == number:
                 return self._item(category, entry)
         raise KeyError(f"no BFCL item {item_id!r}")
@@ -229,7 +153,7 @@ class BFCLSuite(Suite):
         multi_turn = category.startswith("multi_turn")
         # The checker gets the docs as the data has them, the prompt BFCL's hinted ones (module doc).
         functions = _hinted(
-            _multi_turn_functions(entry["involved_classes"]) if multi_turn else entry["function"], category
+            multi_turn_functions(entry["involved_classes"]) if multi_turn else entry["function"], category
         )
         turns: list[list[Message]] = [list(turn) for turn in entry["question"]]
         held_out = entry.get("missed_function") or {}
@@ -259,7 +183,7 @@ class BFCLSuite(Suite):
             suite=self.name,
             item_id=f"bfcl/{category}/{number}",
             messages=first,
-            answer=_answers(category).get(entry["id"]),
+            answer=answers(category).get(entry["id"]),
             data=data,
         )
 
@@ -314,7 +238,7 @@ class BFCLSuite(Suite):
         """Run driver jobs in one jail; if that jail fails (a job hung or blew up), each job alone."""
         if not jobs:
             return []
-        binds = (Bind(_package_dir("bfcl_eval"), "/pkgs/bfcl_eval"), Bind(_package_dir("mpmath"), "/pkgs/mpmath"))
+        binds = (Bind(package_dir("bfcl_eval"), "/pkgs/bfcl_eval"), Bind(package_dir("mpmath"), "/pkgs/mpmath"))
         source = DRIVER.read_text()
         batch = run_program(source, input={"jobs": jobs}, limits=BATCH_LIMITS, binds=binds)
         if batch.ok and isinstance(batch.output, list) and len(batch.output) == len(jobs):
@@ -418,9 +342,9 @@ class BFCLFullSuite(BFCLSuite):
     """The paper's BFCL evaluation: all 17 categories (:data:`PAPER_CATEGORIES`), one sample per entry.
 
     Sampling as theirs: greedy (their offline ``bfcl generate --temperature 0.0``; in the training loop
-    0.001), up to 4,096 tokens per reply and :data:`MAXIMUM_STEP_LIMIT` call steps per turn
-    (``gem_eval_bfcl_only.yaml``, ``bfcl_evaluator.py``). Their sample count is every entry once: ``limit``
-    :data:`FULL_LIMIT` (or more) selects all of them; a smaller ``limit`` is split evenly over the categories.
+    0.001), up to 4,096 tokens per reply and BFCL's 20 call steps per turn (``gem_eval_bfcl_only.yaml``,
+    ``bfcl_evaluator.py``). Their sample count is every entry once: ``limit`` ``FULL_LIMIT`` (4,441) or more
+    selects all of them; a smaller ``limit`` is split evenly over the categories.
     """
 
     name = "bfcl_full"
