@@ -3,13 +3,11 @@
 - ``rollout_func`` (:class:`StoredRollouts`) hands out the *stored* samples of the step: prompt ids,
   completion ids, ``env_mask`` (1 on the model's own tokens, so multi-turn episodes train only on what the
   agent wrote), the behaviour log-probs, and the advantage SPADE computed.
-- :func:`spade_trainer_class` is the one minimal subclass, and says why: TRL computes advantages itself
-  (centred over ``num_generations`` consecutive rows) and applies an importance correction only when it
-  drives vLLM itself. The subclass replaces TRL's advantages with the stored ones and multiplies each
-  token's advantage by its truncated importance weight ``clamp(exp(logp_train - logp_behaviour), low,
-  high)`` — TRL accepts advantages of shape (B, T) from subclasses, and for every clipped-surrogate loss a
-  non-negative per-token factor on the advantage is the same as on the per-token loss. Tokens without a
-  behaviour log-prob keep weight 1. Which temperature each side's log-probs are taken at is a setting
+- :func:`spade_trainer_class` binds the settings of the one minimal subclass,
+  :class:`spade_core.train.trainer.SpadeGRPOTrainer`, whose docstring says what TRL forces and what each
+  override does: it replaces TRL's advantages with the stored ones and multiplies each token's advantage
+  by its truncated importance weight ``clamp(exp(logp_train - logp_behaviour), low, high)``. Tokens
+  without a behaviour log-prob keep weight 1. Which temperature each side's log-probs are taken at is a setting
   (:func:`behaviour_at_temperature`): the trainer's at ``training.logprob_temperature`` (also the loss's;
   the authors' ``--rollout-temperature 1.0``), the behaviour's at ``training.behaviour_logprob_temperature``
   (1 = the raw log-probs both backends store; the authors' SGLang returns them at the sampling
@@ -34,7 +32,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spade_core.method.advantages import tis_weight
 from spade_core.train.data import AGENT, DESIGNER, Batch, Sample
 
 MICRO_GROUP = 2  # TRL's num_generations: rows handed out per dataset row (advantages are SPADE's own)
@@ -252,169 +249,19 @@ def spade_trainer_class(
     reference: str | None = None,
     behaviour_temperature: float | None = None,
 ) -> Any:
-    """``GRPOTrainer`` with SPADE's advantages, truncated importance sampling (behaviour log-probs at
-    ``behaviour_temperature``, by default the args' ``behaviour_logprob_temperature`` (:func:`grpo_args`),
-    else 1; the trainer's at its ``args.temperature``), the loss scaled by
-    ``loss_scale`` (:func:`sample_mean_scale`) and, when ``kl_coef`` > 0, ``kl_coef`` times the
-    :func:`low_var_kl` term against the model at ``reference`` (the base model; see the module doc)."""
-    import torch
-    from trl import GRPOTrainer
+    """:class:`spade_core.train.trainer.SpadeGRPOTrainer` bound to these settings: truncated importance
+    weights in [``tis_low``, ``tis_high``] with the behaviour log-probs at ``behaviour_temperature`` (None:
+    the args' ``behaviour_logprob_temperature``, :func:`grpo_args`), the loss scaled by ``loss_scale``
+    (:func:`sample_mean_scale`) and, when ``kl_coef`` > 0, ``kl_coef`` times the :func:`low_var_kl` term
+    against the model at ``reference`` (the base model)."""
+    from spade_core.train.trainer import LossSettings, SpadeGRPOTrainer  # torch and TRL load only here
 
     if kl_coef > 0 and not reference:
         raise ValueError(f"a KL coefficient {kl_coef} needs a reference model path")
-
-    class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
-        tis_bounds = (tis_low, tis_high)
-        sample_mean_scale = loss_scale
-        kl = (kl_coef, reference)
-        behaviour_temperature_set = behaviour_temperature
-
-        @property
-        def behaviour_t(self) -> float:
-            chosen = self.behaviour_temperature_set
-            return float(getattr(self.args, "behaviour_logprob_temperature", 1.0) if chosen is None else chosen)
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.kl_reference = self._load_reference() if self.kl[0] > 0 else None
-            self._policy_logps: Any = None
-
-        def _load_reference(self) -> Any:
-            """The reference model, built and placed as TRL builds its own (frozen, dropout off, the fused
-            head TRL's log-prob forward calls)."""
-            from transformers import AutoModelForCausalLM
-            from trl.models import prepare_deepspeed, prepare_fsdp
-            from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
-
-            policy: Any = self.model
-            args: Any = self.args
-            dtype = next(policy.parameters()).dtype
-            ref = AutoModelForCausalLM.from_pretrained(str(self.kl[1]), dtype=dtype).eval().requires_grad_(False)
-            disable_dropout_in_model(ref)
-            add_fused_lm_head(ref, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
-            if self.is_deepspeed_enabled:
-                return prepare_deepspeed(ref, self.accelerator)
-            if self.is_fsdp_enabled:
-                return prepare_fsdp(ref, self.accelerator)
-            return self.accelerator.prepare_model(ref, evaluation_mode=True)
-
-        def compute_loss(
-            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
-        ) -> Any:
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            return loss * self.sample_mean_scale if self.sample_mean_scale != 1.0 else loss
-
-        def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
-            out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-            if kwargs.get("compute_entropy") and torch.is_grad_enabled():  # the loss's forward: keep for the KL
-                self._policy_logps = out[0]
-            return out
-
-        def _compute_loss(self, model: Any, inputs: Any) -> Any:
-            self._policy_logps = None
-            loss = super()._compute_loss(model, inputs)
-            if self.kl_reference is None:
-                return loss
-            if self._policy_logps is None:
-                raise RuntimeError("TRL's loss computed no per-token log-probs to take the KL term from")
-            mask = inputs["completion_mask"]
-            mask = mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
-            kl = low_var_kl(self._policy_logps, inputs["reference_logps"])
-            self._log_kl(kl.detach(), mask)
-            return loss + self.kl[0] * self._aggregate(kl, mask, inputs)
-
-        def _aggregate(self, per_token: Any, mask: Any, inputs: Any) -> Any:
-            """TRL's aggregation of a per-token loss for ``loss_type`` (its ``GRPOTrainer._compute_loss``), so
-            the KL term is averaged as the policy term is: grpo = Slime's mean of per-sample token means."""
-            accumulation = self.current_gradient_accumulation_steps
-            masked = per_token * mask
-            if self.loss_type == "grpo":
-                return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
-            if self.loss_type == "bnpo":
-                return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
-            if self.loss_type == "dr_grpo":
-                return masked.sum() / (per_token.size(0) * self.max_completion_length) / accumulation
-            if self.loss_type == "dapo":
-                args: Any = self.args
-                items = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-                return masked.sum() / (items * accumulation / args.steps_per_generation)
-            raise ValueError(f"training.loss_type {self.loss_type!r} has no KL aggregation")
-
-        def _log_kl(self, kl: Any, mask: Any) -> None:
-            totals = self.accelerator.reduce(torch.stack([(kl * mask).sum(), mask.sum().float()]), reduction="sum")
-            self._metrics["train"]["kl"].append(float((totals[0] / totals[1].clamp(min=1.0)).item()))
-
-        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-            out = super()._generate_and_score_completions(inputs)
-            device = out["completion_ids"].device
-            advantages = torch.tensor([float(x["advantage"]) for x in inputs], dtype=torch.float32, device=device)
-            loss_mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
-            weights = self._tis_weights(out, loss_mask)
-            out["advantages"] = advantages.unsqueeze(1) * weights
-            if self.kl_reference is not None:
-                out["reference_logps"] = self._logps(self.kl_reference, out)
-            return out
-
-        def _logps(self, model: Any, out: dict[str, Any]) -> Any:
-            """Per-token log-probs of ``model`` on the completions (no gradient)."""
-            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-            with torch.no_grad():
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    model,
-                    ids,
-                    attention,
-                    out["completion_ids"].size(1),
-                    batch_size=self.args.per_device_train_batch_size,
-                )
-            return logps
-
-        def _tis_weights(self, out: dict[str, Any], loss_mask: Any) -> Any:
-            behaviour = out.get("sampling_per_token_logps")
-            if behaviour is None:
-                self._log_tis(torch.ones_like(loss_mask, dtype=torch.float32), loss_mask, clipped=None)
-                return torch.ones_like(loss_mask, dtype=torch.float32)
-            known = ~torch.isnan(behaviour)
-            if self.behaviour_t == 1.0:
-                train_logps = self._logps(self.model, out)
-                log_ratio = torch.where(known, train_logps - torch.nan_to_num(behaviour), torch.zeros_like(behaviour))
-            else:  # every token's ratio moves with the temperatures, known log-prob or not
-                train_logps, log_ratio = self._tempered_log_ratio(out, behaviour)
-                known = torch.ones_like(known)
-            weights = tis_weight(log_ratio, *self.tis_bounds)
-            self._log_tis(weights, loss_mask, clipped=(torch.exp(log_ratio) != weights) & known)
-            return weights
-
-        def _tempered_log_ratio(self, out: dict[str, Any], behaviour: Any) -> tuple[Any, Any]:
-            """log(p_train / p_behaviour) per token with the behaviour side at ``behaviour_t`` and the trainer's
-            at its own temperature (:func:`behaviour_at_temperature`)."""
-            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-            temperatures = sorted({1.0, float(self.behaviour_t), float(self.temperature)})
-            logps = logps_at_temperatures(
-                self.model,
-                ids,
-                attention,
-                out["completion_ids"].size(1),
-                temperatures,
-                self.args.per_device_train_batch_size,
-            )
-            behaviour_t = behaviour_at_temperature(
-                behaviour.float(), logps[1.0], logps[float(self.behaviour_t)], float(self.behaviour_t)
-            )
-            train = logps[float(self.temperature)]
-            return train, train - behaviour_t
-
-        def _log_tis(self, weights: Any, loss_mask: Any, clipped: Any) -> None:
-            mask = loss_mask.bool()
-            count = max(int(mask.sum().item()), 1)
-            self._metrics["train"]["tis/weight_mean"].append(float(weights[mask].sum().item()) / count)
-            fraction = 0.0 if clipped is None else float((clipped & mask).sum().item()) / count
-            self._metrics["train"]["tis/clipped_fraction"].append(fraction)
-            for name, value in weight_spread(weights, mask).items():  # per micro-batch; TRL logs their mean
-                self._metrics["train"][f"tis/{name}"].append(value)
-
-    return SpadeGRPOTrainer
+    settings = LossSettings(tis_low, tis_high, loss_scale, kl_coef, reference, behaviour_temperature)
+    return type(
+        "SpadeGRPOTrainer", (SpadeGRPOTrainer,), {"settings": settings, "__module__": SpadeGRPOTrainer.__module__}
+    )
 
 
 class OptimizerState:
