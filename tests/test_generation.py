@@ -290,13 +290,8 @@ def test_fixed_pool_baseline_plays_a_stored_run_without_a_designer(tmp_path: Pat
     # The source run played a designed environment and a replayed one; only the designed one is its own.
     row = {"design_id": "d1", "skill": env.skill, "kind": env.kind, "code": env.code, "env_id": env.env_id}
     replayed = {"design_id": None, "skill": other.skill, "kind": other.kind, "code": other.code}
-    store.write_table(
-        "pool",
-        pd.DataFrame([{**row, "source": "design"}, {**replayed, "env_id": other.env_id, "source": "replay"}]),
-        run_id="src",
-        gen=1,
-        stage="pool",
-    )
+    pool = pd.DataFrame([{**row, "source": "design"}, {**replayed, "env_id": other.env_id, "source": "replay"}])
+    write_stage(store, "src", 1, "pool", {"pool": pool})  # with its marker: a run's rows are what it lists
     cfg = load_config(
         "tiny",
         overrides=[
