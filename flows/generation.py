@@ -9,12 +9,13 @@ flow runs under the run's task runner (``orchestration.task_runner``), chosen by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from prefect import flow
 
-from flows.report import Reporter, publish_summary
+from flows.report import Listener, Reporter, publish_summary
 from spade_core.config import SpadeConfig
 from spade_core.pipeline.leases import process_pool
 from spade_core.pipeline.registry import chain_for, stages_for
@@ -61,11 +62,11 @@ class Reported(Watcher):
 
 
 def run_pipeline(
-    cfg: SpadeConfig, run_id: str, gen: int, chain_only: bool = False
+    cfg: SpadeConfig, run_id: str, gen: int, chain_only: bool = False, listeners: Sequence[Listener] = ()
 ) -> tuple[dict[str, StageRecord], Reporter]:
     """The generation's stages (or only its design chain) as tasks of this flow run, reported as they go."""
     stages = chain_for(cfg, gen) if chain_only else stages_for(cfg, gen)
-    report = Reporter(run_id, gen, [s.name for s in stages])
+    report = Reporter(run_id, gen, [s.name for s in stages], listeners)
     # The trainer and the evaluator load their own model: on a GPU the generator shares, they take turns.
     shared = cfg.model.device != "cpu" and cfg.orchestration.devices_shared()
     store = Store.from_config(cfg.store)
@@ -74,12 +75,13 @@ def run_pipeline(
 
 
 @flow(name="spade-generation", log_prints=True)
-def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
-    """One generation of a run with a resolved config (use the ``spade`` flow: it resolves and binds it)."""
+def generation(config: dict[str, Any], run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
+    """One generation of a run with a resolved config (use the ``spade`` flow: it resolves and binds it);
+    ``listeners`` (callables, in-process runs only) hear each finished stage."""
     passive_waits()
     cfg = SpadeConfig.model_validate(config)
     try:
-        records, report = run_pipeline(cfg, run_id, gen)
+        records, report = run_pipeline(cfg, run_id, gen, listeners=listeners or ())
         store = Store.from_config(cfg.store)
         summary = generation_summary(store, run_id, gen, records, report.wall)
         env_ids = list(records["pool"].info.get("env_ids", [])) if "pool" in records else []
@@ -91,13 +93,13 @@ def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
 
 
 @flow(name="spade-design-chain", log_prints=True)
-def design_chain(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
+def design_chain(config: dict[str, Any], run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
     """The design chain of generation ``gen`` (documents … hint), run ahead while generation ``gen - 1``
     trains (``orchestration.async_generations``); generation ``gen``'s own flow run then reuses it."""
     passive_waits()
     cfg = SpadeConfig.model_validate(config)
     try:
-        records, _ = run_pipeline(cfg, run_id, gen, chain_only=True)
+        records, _ = run_pipeline(cfg, run_id, gen, chain_only=True, listeners=listeners or ())
     finally:
         process_pool().release(wait=False, keep_reloadable=True)
     return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
@@ -32,7 +32,6 @@ class ProgressEvent:
 
 
 Listener = Callable[[ProgressEvent], None]
-LISTENERS: list[Listener] = []  # the CLI appends its display; flows run in the caller's process
 
 
 def artifact_key(*parts: object) -> str:
@@ -45,12 +44,13 @@ def artifact_key(*parts: object) -> str:
 
 
 class Reporter:
-    """Tracks one generation's stages: updates the progress artifact and tells the listeners."""
+    """Tracks one generation's stages: updates the progress artifact and tells the ``listeners`` (the CLI's
+    display hands itself to the flow it runs in its own process)."""
 
-    def __init__(self, run_id: str, gen: int, stages: list[str]) -> None:
+    def __init__(self, run_id: str, gen: int, stages: list[str], listeners: Sequence[Listener] = ()) -> None:
         from prefect.artifacts import create_progress_artifact
 
-        self.run_id, self.gen, self.stages = run_id, gen, stages
+        self.run_id, self.gen, self.stages, self.listeners = run_id, gen, stages, tuple(listeners)
         self.done: list[str] = []
         self.wall: dict[str, float] = {}
         self._started: dict[str, float] = {}
@@ -94,7 +94,7 @@ class Reporter:
             len(self.done),
             len(self.stages),
         )
-        for listener in list(LISTENERS):
+        for listener in self.listeners:
             listener(event)
 
 

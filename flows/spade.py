@@ -29,20 +29,20 @@ from spade_core.threads import passive_waits
 from spade_core.train.devices import use_generation_devices
 
 
-def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, Any]:
+def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
     """The ``spade-generation`` subflow of ``gen`` under the run's task runner."""
     use_generation_devices(cfg)
     runner = task_runner_for(cfg)
     sub = generation.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}")
-    return sub(cfg.model_dump(mode="json"), run_id, gen)
+    return sub(cfg.model_dump(mode="json"), run_id, gen, listeners)
 
 
-def run_design_chain_flow(cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, Any]:
+def run_design_chain_flow(cfg: SpadeConfig, run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
     """The ``spade-design-chain`` subflow of ``gen`` (its documents … hint) under the run's task runner."""
     use_generation_devices(cfg)
     runner = task_runner_for(cfg)
     sub = design_chain.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}-design")
-    return sub(cfg.model_dump(mode="json"), run_id, gen)
+    return sub(cfg.model_dump(mode="json"), run_id, gen, listeners)
 
 
 @flow(name="spade", log_prints=True)
@@ -52,9 +52,11 @@ def spade(
     config: str | None = None,
     overrides: list[str] | None = None,
     store: str | None = None,
+    listeners: Any = None,
 ) -> dict[str, Any]:
     """Run (or finish) one SPADE generation: sample documents, design, validate, hint, roll out, score,
-    update memory, train, and evaluate when due. ``gen`` defaults to the run's first incomplete one."""
+    update memory, train, and evaluate when due. ``gen`` defaults to the run's first incomplete one.
+    ``listeners`` (callables, in-process runs only: the CLI's display) hear each finished stage."""
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
@@ -63,7 +65,7 @@ def spade(
     if gen < 1:
         raise ConfigError(f"gen must be >= 1 (generations are numbered from 1), got {gen}")
     get_run_logger().info("run %s generation %d (store %s, config %s)", run_id, gen, st.base, cfg.config_hash())
-    return run_generation_flow(cfg, run_id, gen)
+    return run_generation_flow(cfg, run_id, gen, listeners)
 
 
 @flow(name="spade-run", log_prints=True)
@@ -73,6 +75,7 @@ def spade_run(
     config: str | None = None,
     overrides: list[str] | None = None,
     store: str | None = None,
+    listeners: Any = None,
 ) -> list[dict[str, Any]]:
     """Generations 1..``generations`` of a run; complete ones are skipped, an incomplete one is finished.
     With ``orchestration.async_generations`` each next generation's design chain runs beside the current
@@ -90,8 +93,8 @@ def spade_run(
         st,
         run_id,
         todo,
-        lambda gen: run_generation_flow(cfg, run_id, gen),
-        lambda gen: run_design_chain_flow(cfg, run_id, gen),
+        lambda gen: run_generation_flow(cfg, run_id, gen, listeners),
+        lambda gen: run_design_chain_flow(cfg, run_id, gen, listeners),
     )
 
 

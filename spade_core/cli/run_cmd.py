@@ -93,16 +93,10 @@ class Display:
         self.progress.update(self.task_ids[key], completed=event.done)
 
     def __enter__(self) -> Display:
-        from flows.report import LISTENERS  # Prefect loads only for the commands that run a flow
-
         self.progress.start()
-        LISTENERS.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from flows.report import LISTENERS  # Prefect loads only for the commands that run a flow
-
-        LISTENERS.remove(self)
         self.progress.stop()
 
 
@@ -132,8 +126,9 @@ def stored_summary(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> dic
 
 
 def _run_flow(fn: Any, **params: Any) -> Any:
-    with Display():
-        return fn(**params)
+    """Run flow ``fn`` in this process with the progress display as its listener."""
+    with Display() as display:
+        return fn(**params, listeners=[display])
 
 
 def _bind(st: Store, run_id: str, cfg: SpadeConfig) -> None:
