@@ -167,3 +167,19 @@ def test_a_bad_model_reply_in_every_category_is_a_scored_row_never_a_crash() -> 
     assert all(v.passed or v.error_type for v in verdicts)
     multi = [v for i, v in zip(items, verdicts, strict=True) if "turns" in i.data]
     assert len(multi) == 4 and all(v.error_type and v.error_type.startswith("multi_turn:") for v in multi)
+
+
+@pytest.mark.slow
+def test_the_tiny_model_answers_one_entry_of_every_single_turn_category(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    suite = BFCLFullSuite(categories=SINGLE_TURN)
+    # the entry with the shortest prompt of each category (the full function docs of some live entries run to
+    # thousands of tokens: minutes on two CPU cores)
+    items = []
+    for category in SINGLE_TURN:
+        candidates = BFCLFullSuite(categories=(category,)).items(40, seed=0)
+        items.append(min(candidates, key=lambda i: len(json.dumps(i.messages))))
+    frame = evaluate_suite(tiny_generator, suite, items, "tiny", max_new_tokens=16)
+    assert len(frame) == len(SINGLE_TURN) and not frame["response"].str.startswith("[model_error]").any()
+    verdicts = suite.verdicts(items, list(frame["response"]))
+    assert [v.score for v in verdicts] == list(frame["score"])  # the rows carry BFCL's verdicts
+    assert all(v.passed or (v.error_type and v.error) for v in verdicts)
