@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from samples import write_stage
 
 from spade_core.config import load_config
 from spade_core.envs import rlve
@@ -155,10 +156,10 @@ def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> N
     errored = _plays("rlve:Division@d0", TAU_NUM, TAU_NUM, 0).assign(
         episode_id=lambda f: f["episode_id"] + "x", error_type="exception"
     )
-    store.write_table("episodes", pd.concat([won, errored]), run_id="r", gen=1, stage="rollout-s0")
+    write_stage(store, "r", 1, "rollout-s0", {"episodes": pd.concat([won, errored])})
     all_won = _plays("rlve:Division@d0", TAU_NUM, TAU_NUM, 0)
-    store.write_table("episodes", all_won, run_id="other", gen=1, stage="rollout-s0")
-    # plays another command wrote into the run (spade rollout --run-id) are no training plays
+    write_stage(store, "other", 1, "rollout-s0", {"episodes": all_won})
+    # plays another command wrote into the run (spade rollout --run-id: no marker) are no training plays
     store.write_table("episodes", all_won, run_id="r", gen=1, stage="rollout-cli")
     first = rlve_pool(cfg, store, "r", 1)
     assert list(first["env_id"]) == ["rlve:Sorting@d0", "rlve:Division@d0"]
