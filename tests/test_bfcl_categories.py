@@ -4,6 +4,7 @@ each checked by BFCL's own checker (multi-turn in the jail), a bad reply a faile
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ from bfcl_eval.constants import category_mapping as bfcl_categories
 from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT as BFCL_STEP_LIMIT
 
 from spade_core.eval.bfcl import BFCLFullSuite
-from spade_core.eval.bfcl_calls import parse_calls_in
+from spade_core.eval.bfcl_calls import bfcl_decoders, parse_calls_in
 from spade_core.eval.bfcl_data import (
     CATEGORIES,
     FULL_LIMIT,
@@ -140,6 +141,19 @@ def test_java_and_javascript_replies_go_through_bfcls_decoders_and_type_checks()
     assert suite.verdicts([script], ["validateUserInput(inputField=userInputField, isComplete=true)"]) == [
         Verdict(True)
     ]
+
+
+def test_the_java_categories_refuse_to_start_without_bfcls_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tree_sitter", None)  # as if tree_sitter were not installed
+    for parser in ("java_parser", "js_parser"):
+        monkeypatch.delitem(sys.modules, f"bfcl_eval.model_handler.parser.{parser}", raising=False)
+    bfcl_decoders.cache_clear()
+    try:
+        with pytest.raises(ModuleNotFoundError, match=r"tree-sitter-java==0\.21\.0"):
+            BFCLFullSuite()
+        assert BFCLFullSuite(categories=("simple", "live_simple")).categories  # Python categories need none
+    finally:
+        bfcl_decoders.cache_clear()
 
 
 def test_an_entrys_own_system_message_follows_bfcls_prompt() -> None:

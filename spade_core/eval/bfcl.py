@@ -69,7 +69,7 @@ from typing import Any
 from sandbox.oneshot import Bind, run_program, run_programs
 from sandbox.policy import JailLimits
 from spade_core.eval.base import EvalItem, Message, Suite
-from spade_core.eval.bfcl_calls import Call, bfcl_checkers, try_parse_calls
+from spade_core.eval.bfcl_calls import Call, bfcl_checkers, bfcl_decoders, try_parse_calls
 from spade_core.eval.bfcl_data import (
     CATEGORIES,
     DEFAULT_CATEGORIES,
@@ -126,6 +126,14 @@ class BFCLSuite(Suite):
         unknown = [c for c in categories if c not in CATEGORIES]
         if unknown:
             raise ValueError(f"unknown BFCL categories {unknown}; allowed: {', '.join(CATEGORIES)}")
+        if {"java", "javascript"} & set(categories):
+            try:  # BFCL's Java and JavaScript decoders: refuse here rather than fail every such item
+                bfcl_decoders()
+            except ImportError as exc:
+                raise ModuleNotFoundError(
+                    f"BFCL's java and javascript categories need tree_sitter==0.21.3, tree-sitter-java==0.21.0 and "
+                    f"tree-sitter-javascript==0.21.4 (bfcl-eval's pins; make install): {exc}"
+                ) from exc
         self.categories = tuple(categories)
         self.max_steps_per_turn = max_steps_per_turn
 

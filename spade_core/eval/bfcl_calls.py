@@ -183,7 +183,7 @@ def parse_calls_in(text: str, language: str) -> list[dict[str, Any]]:
     text = (fenced.group(1) if fenced else text).strip("`\n ")
     text = text if text.startswith("[") else "[" + text
     text = text if text.endswith("]") else text + "]"
-    parse = bfcl_checkers().decoders[language]
+    parse = bfcl_decoders()[language]
     try:
         return parse(text[1:-1])  # type: ignore[no-any-return]
     except Exception as exc:  # BFCL's decoders raise SyntaxError and plain Exception
@@ -202,8 +202,8 @@ class _NoModelConfigs(dict[str, Any]):
 
 @functools.cache
 def bfcl_checkers() -> types.SimpleNamespace:
-    """BFCL's ``ast_checker``, ``Language``, output-format tests, function-doc hints and Java / JavaScript
-    decoders, imported with the model-config stub (see module doc)."""
+    """BFCL's ``ast_checker``, ``Language``, output-format tests and function-doc hints, imported with the
+    model-config stub (see module doc)."""
     name = "bfcl_eval.constants.model_config"
     if name not in sys.modules:
         stub = types.ModuleType(name)
@@ -212,8 +212,6 @@ def bfcl_checkers() -> types.SimpleNamespace:
     from bfcl_eval import utils
     from bfcl_eval.constants.enums import Language
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
-    from bfcl_eval.model_handler.parser.java_parser import parse_java_function_call
-    from bfcl_eval.model_handler.parser.js_parser import parse_javascript_function_call
 
     return types.SimpleNamespace(
         ast_checker=ast_checker,
@@ -221,5 +219,14 @@ def bfcl_checkers() -> types.SimpleNamespace:
         is_call_list=utils.is_function_calling_format_output,
         is_empty_output=utils.is_empty_output,
         language_docs=utils._func_doc_language_specific_pre_processing,
-        decoders={"java": parse_java_function_call, "javascript": parse_javascript_function_call},
     )
+
+
+@functools.cache
+def bfcl_decoders() -> dict[str, Any]:
+    """BFCL's Java and JavaScript decoders; they need ``tree_sitter`` and its two grammars (bfcl-eval's pins),
+    which only the ``java`` and ``javascript`` categories use."""
+    from bfcl_eval.model_handler.parser.java_parser import parse_java_function_call
+    from bfcl_eval.model_handler.parser.js_parser import parse_javascript_function_call
+
+    return {"java": parse_java_function_call, "javascript": parse_javascript_function_call}
