@@ -4,16 +4,18 @@ each checked by BFCL's own checker (multi-turn in the jail), a bad reply a faile
 from __future__ import annotations
 
 import json
+import random
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+import pandas as pd
 import pytest
 from bfcl_eval.constants import category_mapping as bfcl_categories
 from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT as BFCL_STEP_LIMIT
 
 from spade_core.eval.bfcl import BFCLFullSuite
-from spade_core.eval.bfcl_calls import bfcl_decoders, parse_calls_in
+from spade_core.eval.bfcl_calls import bfcl_checkers, bfcl_decoders, parse_calls_in
 from spade_core.eval.bfcl_data import (
     CATEGORIES,
     FULL_LIMIT,
@@ -25,6 +27,7 @@ from spade_core.eval.bfcl_data import (
     category_sizes,
     data_dir,
 )
+from spade_core.eval.bfcl_scores import summary
 from spade_core.eval.bfcl_single import Verdict
 from spade_core.eval.runner import evaluate_suite
 from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
@@ -197,3 +200,35 @@ def test_the_tiny_model_answers_one_entry_of_every_single_turn_category(tiny_gen
     verdicts = suite.verdicts(items, list(frame["response"]))
     assert [v.score for v in verdicts] == list(frame["score"])  # the rows carry BFCL's verdicts
     assert all(v.passed or (v.error_type and v.error) for v in verdicts)
+
+
+def test_group_accuracies_are_bfcls_own_formulas() -> None:
+    bfcl_checkers()  # installs the model-config stub BFCL's score helpers import
+    from bfcl_eval.eval_checker.eval_runner_helper import (  # needs the stub above
+        calculate_unweighted_accuracy as unweighted,
+    )
+    from bfcl_eval.eval_checker.eval_runner_helper import calculate_weighted_accuracy as weighted
+
+    rng = random.Random(7)
+    rows = []
+    for category in PAPER_CATEGORIES:
+        for k in range(rng.randint(1, 9)):
+            rows.append({"item_id": f"bfcl/{category}/{k}", "passed": rng.random() < 0.5})
+    frame = pd.DataFrame(rows)
+    got = summary(frame)
+
+    def score(category: str) -> dict[str, float]:
+        mine = frame[frame["item_id"].str.split("/").str[1] == category]["passed"]
+        return {"accuracy": float(mine.mean()), "total_count": len(mine), "display_accuracy": float(mine.mean())}
+
+    simple = unweighted([score(c) for c in ("simple", "java", "javascript")])
+    non_live = unweighted([simple, *(score(c) for c in ("multiple", "parallel", "parallel_multiple"))])
+    live = weighted([score(c) for c in ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")])
+    multi = unweighted([score(c) for c in PAPER_CATEGORIES if c.startswith("multi_turn")])
+    irrelevance = unweighted([score("irrelevance"), score("live_irrelevance")])
+    assert got["non_live"] == pytest.approx(non_live["accuracy"])
+    assert got["live"] == pytest.approx(live["accuracy"])
+    assert got["multi_turn"] == pytest.approx(multi["accuracy"])
+    assert got["irrelevance"] == pytest.approx(irrelevance["accuracy"])
+    assert got["relevance"] == pytest.approx(score("live_relevance")["accuracy"])
+    assert "multi_turn" not in summary(frame[~frame["item_id"].str.contains("miss_param")])  # a group needs all
