@@ -16,11 +16,13 @@ the authors' ``gem_eval_bfcl_only.yaml`` uses (BFCL's file in :data:`~spade_core
 Suites: ``bfcl`` runs simple, parallel, irrelevance and the multi-turn base set; ``bfcl_multi_turn`` the four
 multi-turn categories; ``bfcl_full`` all 17 as the paper evaluates tool use (:class:`BFCLFullSuite`: one
 greedy sample per entry, every entry of every category when ``limit`` is
-:data:`~spade_core.eval.bfcl_data.FULL_LIMIT` or more).
+:data:`~spade_core.eval.bfcl_data.FULL_LIMIT` or more). BFCL's group accuracies over their rows (non-live,
+live, multi-turn, irrelevance): :func:`spade_core.eval.bfcl_scores.summary`.
 
 bfcl-eval 2026.3.23 ships six more categories, none of which the paper runs and none of which is run here
-(:data:`~spade_core.eval.bfcl_data.NOT_RUN` says why, one line each): the five agentic ones (``web_search_base`` and
-``web_search_no_snippet`` search and fetch pages over the network through SerpAPI, with an API key;
+(:data:`~spade_core.eval.bfcl_data.NOT_RUN` says why, one line each): the five agentic ones
+(``web_search_base`` and ``web_search_no_snippet`` search and fetch pages over the network through SerpAPI,
+with an API key;
 ``memory_kv``, ``memory_vector``, ``memory_rec_sum`` first replay prerequisite conversations into a memory
 backend, ``memory_vector``'s being a sentence-transformers model loaded by its hub name and a faiss index)
 and ``format_sensitivity``, which BFCL itself does not score.
@@ -35,7 +37,7 @@ Single-turn categories: :mod:`spade_core.eval.bfcl_single` decodes the reply (Py
 only; Java and JavaScript with BFCL's tree-sitter decoders) and runs BFCL's ``ast_checker`` or relevance test
 on the host. Nothing runs. A failed item carries BFCL's ``error_type`` (:meth:`BFCLSuite.verdicts`).
 
-Multi-turn (``multi_turn_base``): BFCL's inference loop. Each user turn, the model replies; a reply that
+Multi-turn categories: BFCL's inference loop. Each user turn, the model replies; a reply that
 decodes to calls is executed and the results come back as a user message (BFCL's
 ``format_execution_results_prompting``, each result cut to 2,000 characters); a reply without calls ends the
 turn; more than ``max_steps_per_turn`` call steps in one turn force-terminates the episode, which fails, as
