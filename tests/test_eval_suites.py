@@ -36,7 +36,15 @@ def small_suites() -> list[Suite]:
 
 
 def test_registry_names_every_suite_once() -> None:
-    assert SUITE_NAMES == ("reasoning_gym", "reasoning_gym_hard", "humaneval", "bfcl", "bfcl_multi_turn", "tau2")
+    assert SUITE_NAMES == (
+        "reasoning_gym",
+        "reasoning_gym_hard",
+        "humaneval",
+        "bfcl",
+        "bfcl_multi_turn",
+        "bfcl_full",
+        "tau2",
+    )
     for name, cls in SUITES.items():
         assert cls.name == name and isinstance(get_suite(name), cls)
 
@@ -44,7 +52,7 @@ def test_registry_names_every_suite_once() -> None:
 def test_unknown_suite_is_one_line_naming_it_and_the_allowed_names() -> None:
     with pytest.raises(UnknownSuiteError) as info:
         get_suite("mmlu")
-    allowed = "reasoning_gym, reasoning_gym_hard, humaneval, bfcl, bfcl_multi_turn, tau2"
+    allowed = "reasoning_gym, reasoning_gym_hard, humaneval, bfcl, bfcl_multi_turn, bfcl_full, tau2"
     assert str(info.value) == f"unknown evaluation suite 'mmlu'; allowed: {allowed}"
     assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spade_core.eval.base import Suite, UnknownSuiteError
-from spade_core.eval.bfcl import BFCLMultiTurnSuite, BFCLSuite
+from spade_core.eval.bfcl import BFCLFullSuite, BFCLMultiTurnSuite, BFCLSuite
 from spade_core.eval.humaneval import HumanEvalSuite
 from spade_core.eval.reasoning_gym_hard import ReasoningGymHardSuite
 from spade_core.eval.reasoning_gym_suite import ReasoningGymSuite
@@ -17,6 +17,7 @@ SUITES: dict[str, type[Suite]] = {
     "humaneval": HumanEvalSuite,
     "bfcl": BFCLSuite,
     "bfcl_multi_turn": BFCLMultiTurnSuite,
+    "bfcl_full": BFCLFullSuite,
     "tau2": Tau2Suite,
 }
 SUITE_NAMES: tuple[str, ...] = tuple(SUITES)

@@ -52,13 +52,19 @@ def _generate(generator: Generator, requests: list[GenerationRequest], params: S
         return [c for r in requests for c in _generate(generator, [r], params)]
 
 
-def _score_safely(suite: Suite, items: list[EvalItem], responses: list[str]) -> list[tuple[float, bool]]:
+def _score_safely(suite: Suite, items: list[EvalItem], responses: list[str]) -> list[tuple[float, bool, str | None]]:
+    """(score, passed, error_type) per item: the suite's ``verdicts`` where it has them (BFCL's checker names
+    why an item failed), else its ``score_many``; a scoring failure is a failed item
+    (``scoring_error:<exception>``), retried item by item so one bad item costs only itself."""
     try:
-        return suite.score_many(items, responses)
+        verdicts = getattr(suite, "verdicts", None)
+        if verdicts is not None:
+            return [(v.score, v.passed, None if v.passed else v.error_type) for v in verdicts(items, responses)]
+        return [(score, passed, None) for score, passed in suite.score_many(items, responses)]
     except Exception as exc:
         if len(items) == 1:
             log.warning("scoring %s failed: %s", items[0].item_id, exc)
-            return [(0.0, False)]
+            return [(0.0, False, f"scoring_error:{type(exc).__name__}")]
         pairs = zip(items, responses, strict=True)
         return [s for item, response in pairs for s in _score_safely(suite, [item], [response])]
 
@@ -154,7 +160,7 @@ def evaluate_suite(
         scored = [(item, response) for item, (response, error) in zip(chunk, played, strict=True) if error is None]
         scores = iter(_score_safely(suite, [i for i, _ in scored], [r or "" for _, r in scored]))
         for item, (response, error) in zip(chunk, played, strict=True):
-            score, passed = (0.0, False) if error is not None else next(scores)
+            score, passed, error_type = (0.0, False, "model_error") if error is not None else next(scores)
             rows.append(
                 {
                     "suite": suite.name,
@@ -163,6 +169,7 @@ def evaluate_suite(
                     "score": float(score),
                     "passed": bool(passed),
                     "response": response if error is None else f"[model_error] {error}",
+                    "error_type": error_type,
                 }
             )
         if on_progress is not None:

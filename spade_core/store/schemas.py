@@ -238,6 +238,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("score", pa.float64()),
             _f("passed", pa.bool_(), True),
             _f("response", _str, True),
+            # why a failed item failed, where the suite's checker says (BFCL's error_type), or model_error
+            _f("error_type", _str, True),
         ]
     ),
 }
@@ -250,6 +252,7 @@ ADDED_COLUMNS: dict[str, frozenset[str]] = {
     "designs": frozenset({"repairs", "unrepaired_env_id", "parent_env_id"}),
     "novelty": frozenset({"check"}),
     "validations": frozenset({"llm_verdict", "llm_reason"}),
+    "evals": frozenset({"error_type"}),
 }
 
 
