@@ -26,12 +26,10 @@ from spade_core.steps import first_step
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import checkpoint_complete
 from spade_core.threads import passive_waits
-from spade_core.train.devices import use_generation_devices
 
 
 def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
     """The ``spade-generation`` subflow of ``gen`` under the run's task runner."""
-    use_generation_devices(cfg)
     runner = task_runner_for(cfg)
     sub = generation.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}")
     return sub(cfg.model_dump(mode="json"), run_id, gen, listeners)
@@ -39,7 +37,6 @@ def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int, listeners: Any 
 
 def run_design_chain_flow(cfg: SpadeConfig, run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
     """The ``spade-design-chain`` subflow of ``gen`` (its documents … hint) under the run's task runner."""
-    use_generation_devices(cfg)
     runner = task_runner_for(cfg)
     sub = design_chain.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}-design")
     return sub(cfg.model_dump(mode="json"), run_id, gen, listeners)

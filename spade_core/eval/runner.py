@@ -299,4 +299,6 @@ def evaluate_checkpoint(
 def _checkpoint_generator(cfg: Any, store: Any, run_id: str, step: int) -> Generator:
 
     path = model_path_for_checkpoint(cfg, store, run_id, step)
-    return make_generator(cfg.model.model_copy(update={"name_or_path": str(path)}))
+    return make_generator(
+        cfg.model.model_copy(update={"name_or_path": str(path)}), cfg.orchestration.generation_devices
+    )

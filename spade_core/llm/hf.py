@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spade_core.devices import in_process_device
 from spade_core.llm.base import (
     SEED_BOUND,
     CacheSlot,
@@ -52,7 +53,7 @@ def pick_device(device: str) -> str:
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelError("model.device is 'cuda' but no CUDA device is available; use device=auto or cpu")
     return device
 
@@ -61,7 +62,7 @@ def pick_dtype(dtype: str, device: str) -> Any:
     import torch
 
     if dtype == "auto":
-        return torch.bfloat16 if device == "cuda" else torch.float32
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
     return getattr(torch, dtype)
 
 
@@ -151,10 +152,10 @@ class TransformersGenerator:
         self.template_extra = ChatTokens(self.tokenizer, None, template_kwargs(enable_thinking)).extra
 
     @classmethod
-    def from_config(cls, model_cfg: Any) -> TransformersGenerator:
+    def from_config(cls, model_cfg: Any, devices: list[int] | None = None) -> TransformersGenerator:
         return cls(
             model_cfg.name_or_path,
-            model_cfg.device,
+            in_process_device(pick_device(model_cfg.device), devices),
             model_cfg.dtype,
             model_cfg.batch_size,
             model_cfg.threads,

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spade_core.devices import subprocess_env
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
 from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.embedded import cache_dir, resolve_model
@@ -140,14 +141,19 @@ class VLLMGenerator:
     streams = True  # serves concurrent requests: the rollout engine streams episodes to it
 
     def __init__(
-        self, model_cfg: Any, server_command: list[str] | None = None, startup_timeout_s: float = 600.0
+        self,
+        model_cfg: Any,
+        server_command: list[str] | None = None,
+        startup_timeout_s: float = 600.0,
+        devices: list[int] | None = None,
     ) -> None:
-
+        """``devices``: the GPUs the server sees (``orchestration.generation_devices``), set in its environment."""
         self.cfg = model_cfg
         self.template = list(server_command or model_cfg.server_command or VLLM_COMMAND)
         self.python = engine_python() if "{python}" in self.template else ""
         self.on_cpu = pick_device(model_cfg.device) == "cpu"
         self.startup_timeout_s = startup_timeout_s
+        self.devices = devices
         self.server: ServerProcess | None = None
         self._tmp: Path | None = None  # the running server's temporary files
         self._views: dict[str, str] = {}  # checkpoint -> the untied view the engine loads for it (on a CPU)
@@ -190,7 +196,7 @@ class VLLMGenerator:
         self._stop()
         port = free_port()
         self._tmp = cache_dir() / "vllm" / "tmp" / f"server-{port}"
-        env = engine_env(self.cfg, self.on_cpu, self._tmp)
+        env = {**engine_env(self.cfg, self.on_cpu, self._tmp), **subprocess_env(self.devices)}
         command = self._command(self._served(model_path), port)
         self.server = ServerProcess(command, port, self.startup_timeout_s, env=env)
         self.server.start()

@@ -61,7 +61,9 @@ class ModelPool:
         """Take every loaded model no lease holds (but ``keep``) out of the pool; the caller closes them."""
         return [self._loaded.pop(k) for k in list(self._loaded) if k != keep and self._idle(k)]
 
-    def _load(self, model_cfg: Any, one_at_a_time: bool) -> tuple[str, Generator, threading.Lock | None]:
+    def _load(
+        self, model_cfg: Any, one_at_a_time: bool, devices: list[int] | None
+    ) -> tuple[str, Generator, threading.Lock | None]:
         """The model of ``model_cfg``, loaded once. Loading a new one first closes the models no lease holds
         (an older checkpoint). ``one_at_a_time`` (a GPU): it also waits until no stage holds another model, so
         two servers never share the device — stages on different checkpoints then take turns."""
@@ -81,7 +83,7 @@ class ModelPool:
                 else:
                     _close(self._evict(keep=key))  # idle: nobody waits on their locks
                     in_process = model_cfg.backend == "transformers"
-                    self._loaded[key] = (make_generator(model_cfg), threading.Lock() if in_process else None)
+                    self._loaded[key] = (make_generator(model_cfg, devices), threading.Lock() if in_process else None)
             self._in_use[key] = self._in_use.get(key, 0) + 1
             generator, exclusive = self._loaded[key]
         return key, generator, exclusive
@@ -102,9 +104,10 @@ class ModelPool:
         return callable(getattr(self._loaded[key][0], "load_checkpoint", None))
 
     @contextlib.contextmanager
-    def leased(self, model_cfg: Any, one_at_a_time: bool) -> Iterator[Generator]:
-        """The model of ``model_cfg`` for the length of the ``with`` block (an in-process one: this block alone)."""
-        key, generator, exclusive = self._load(model_cfg, one_at_a_time)
+    def leased(self, model_cfg: Any, one_at_a_time: bool, devices: list[int] | None = None) -> Iterator[Generator]:
+        """The model of ``model_cfg`` on ``devices`` for the length of the ``with`` block (an in-process one:
+        this block alone)."""
+        key, generator, exclusive = self._load(model_cfg, one_at_a_time, devices)
         try:
             if exclusive is None:
                 yield generator
@@ -121,7 +124,8 @@ class ModelPool:
         until it is used). On a GPU one model is loaded at a time."""
 
         def lease() -> contextlib.AbstractContextManager[Generator]:
-            return self.leased(model_cfg_for_step(cfg, store, run_id, step), cfg.model.device != "cpu")
+            model_cfg = model_cfg_for_step(cfg, store, run_id, step)
+            return self.leased(model_cfg, cfg.model.device != "cpu", cfg.orchestration.generation_devices)
 
         return lease
 

@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from spade_core.devices import training_env
 from spade_core.resources import data_dir
 from spade_core.steps import global_step
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import read_marker
-from spade_core.train.devices import training_env
 
 ACCELERATE_DIR = data_dir("accelerate")
 
