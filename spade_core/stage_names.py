@@ -8,7 +8,7 @@ registry checks that its per-step declarations match.
 
 from __future__ import annotations
 
-STEP_STAGES: tuple[str, ...] = ("rollout", "train")
+STEP_STAGES: tuple[str, ...] = ("refill", "rollout", "train")
 
 
 def instance_name(name: str, step: int | None) -> str:

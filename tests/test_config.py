@@ -208,13 +208,29 @@ PAPER = {
     "validation.contract": "authors",
     "validation.call_timeout_s": 30.0,
     "designer.system_prompt": "authors",
+    # Their designer user prompt's layout (corpus_template.py:101-127, tool_use_template.py, orchestrator.py:
+    # 1204-1228) and a negative example named by its file stem (env_memory.py:150, game_files.py:33).
+    "designer.user_prompt": "authors",
+    "memory.negative_name": "file_stem",
+    # Deadlines: 300 s per design reply, 120 s per judgement (corpus_orchestrator.py:118-130, 166-169), 900 s per
+    # batch of designs (orchestrator.py:1459-1475), 300 s per play (orchestrator.py:1521-1541).
+    "designer.attempt_deadline_s": 300.0,
+    "validation.llm_validator_deadline_s": 120.0,
+    "designer.batch_deadline_s": 900.0,
+    "rollout.play_deadline_s": 300.0,
+    # The batch and the pool's edges: real plays repeated up to 192 - new designs (orchestrator.py:2607-2620),
+    # the pool topped up at each later step (orchestrator.py:2299-2301), the last designs flushed at the final
+    # rollout of --num-rollout 400 (spade_rollout.py:557-561).
+    "training.batch_fill": "duplicate",
+    "designer.top_up_at": "steps",
+    "training.total_steps": 400,
 }
 PAPER_GAMES = {
     **PAPER,
     "designer.kind": "game",
     "designer.skills_per_generation": 3,
     "training.steps_per_generation": 4,
-    "designer.top_up_rounds": 3,  # K - 1: the authors top the pool up at each later step of it
+    "designer.top_up_rounds": 3,  # K - 1: one round at each later step of the pool
     "training.beta": 0.0,
     "rollout.hint_max_new_tokens": 4096,
     "evaluation.every": 0,  # --eval-interval 100000 --skip-eval-before-train: no in-loop eval
@@ -296,6 +312,11 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert cfg.training.logprob_temperature == cfg.training.behaviour_logprob_temperature == 1.0, preset
         assert cfg.validation.contract == "ours" and cfg.designer.system_prompt == "ours", preset
         assert cfg.validation.call_timeout_s == 5.0, preset
+        assert (cfg.designer.user_prompt, cfg.memory.negative_name) == ("ours", "class"), preset
+        deadlines = (cfg.designer.attempt_deadline_s, cfg.designer.batch_deadline_s, cfg.rollout.play_deadline_s)
+        assert deadlines == (None, None, None) and cfg.validation.llm_validator_deadline_s is None, preset
+        assert cfg.training.batch_fill == "pad" and cfg.training.total_steps is None, preset
+        assert cfg.designer.top_up_at == "pool", preset
 
 
 def test_tiny_shows_memory_examples_whole_and_the_paper_presets_cut_them_as_the_authors() -> None:

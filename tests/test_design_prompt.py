@@ -262,3 +262,78 @@ def test_paper_presets_skills_and_an_empty_starting_memory() -> None:
     assert len(Memory.initial(games.memory)) == 0 and len(Memory.initial(tool.memory)) == 0
     assert tiny.memory.seed_with_library and len(Memory.initial(tiny.memory)) > 0
     assert MemoryConfig().code_chars == 2000
+
+
+# -- designer.user_prompt: the authors' layout, our words ------------------------------------------------------
+def _pieces(user: str, *markers: str) -> list[int]:
+    return [user.index(m) for m in markers]
+
+
+def test_the_authors_layout_puts_the_document_first_and_the_memory_after_the_request() -> None:
+    pos = [entry("p1", "class WarmEnv: ...", 0.5, 0.3)]
+    neg = [entry("n1", "class FurnaceEnv:\n    def reset(self, seed=None): ...\n", 0.95)]
+    theirs = user_text("Heat flows from hot to cold.", "optimization", "medium", pos, neg, layout="authors")
+    assert theirs.startswith("You are given a reference document. Create an interactive, multi-turn Python game")
+    order = _pieces(
+        theirs,
+        "<REFERENCE_DOCUMENT>\nHeat flows from hot to cold.\n</REFERENCE_DOCUMENT>",
+        "HIDDEN STATE",  # the spec, in our words
+        "Interface contract:",
+        "Target skill: optimization (finding the best solution under constraints). Difficulty: medium: the goal "
+        "should need 3+ interaction steps.",
+        "Generate the complete Python code in a ```python block.",
+        "<REFERENCE_ENVIRONMENTS>",
+        "### Example 1 (skill: optimization, win_rate: 0.50, regret: 0.30)\n```python\nclass WarmEnv: ...\n```",
+        "</REFERENCE_ENVIRONMENTS>",
+        "Avoid generating environments like:\n- too easy (win_rate=0.95): class FurnaceEnv",
+    )
+    assert order == sorted(order)
+    assert REPLY_FORMAT not in theirs and "<document>" not in theirs
+    ours = user_text("Heat flows from hot to cold.", "optimization", "medium", pos, neg)
+    assert ours.endswith(REPLY_FORMAT) and "<REFERENCE_ENVIRONMENTS>" not in ours and "<document>" in ours
+    # The same rules either way: the contract's rules and its example module, the robustness rules.
+    rules, example = contract_sections()
+    assert all(piece in theirs and piece in ours for piece in (rules, example, "Robustness (the most common"))
+
+
+def test_the_authors_tool_layouts_single_task_and_multi_turn() -> None:
+    single = user_text("A shop's order system.", "data_retrieval", "hard", layout="authors")
+    assert single.index("<REFERENCE_DOCUMENT>") < single.index("The environment tests: data retrieval (finding")
+    assert single.rstrip().endswith("Generate the complete Python code in a ```python block.")
+    from spade_core.designer.design import multiturn_brief
+
+    brief = multiturn_brief("class ShopEnv(InstructionEnv): ...", random.Random(0))
+    multi = user_text("Flavour text.", "api_orchestration", "medium", multiturn=brief, layout="authors")
+    assert multi.startswith("Create a MULTI-TURN tool-use environment: subclass spade_env.InstructionEnv.")
+    order = _pieces(multi, f"Domain: {brief.domain}", "<REFERENCE_SNIPPET>\nFlavour text.", "class ShopEnv", "Generate")
+    assert order == sorted(order)
+
+
+def test_the_paper_presets_design_with_the_authors_layout_and_the_others_with_ours() -> None:
+    from spade_core.designer.memory import Memory as Mem
+    from spade_core.pipeline.stages.design import prompt_from_text
+
+    for preset, layout in (("paper-games", "authors"), ("tiny", "ours")):
+        cfg = load_config(preset)
+        prompt = prompt_from_text(cfg, cfg_skill(cfg), "d1", "A document.", Mem(cfg.memory), random.Random(0))
+        assert ("<REFERENCE_DOCUMENT>" in prompt.messages[-1]["content"]) == (layout == "authors"), preset
+
+
+def cfg_skill(cfg) -> str:  # type: ignore[no-untyped-def]
+    return skills_for_generation(1, cfg.designer)[0]
+
+
+# -- memory.negative_name: the class, or the authors' file stem ----------------------------------------------
+def test_negatives_named_by_the_authors_file_stem_say_nothing_of_the_environment() -> None:
+    furnace = "class FurnaceEnv:\n    def reset(self, seed=None): ...\n"
+    entries = [entry("a", "class A: ...", 0.5), entry("n1", furnace, 0.95)]
+    entries = [MemoryEntry(e.env_id, e.skill, e.kind, e.code, e.win_rate, e.regret, 3) for e in entries]
+    stems = Memory(MemoryConfig(negative_name="file_stem"), entries).negatives("optimization", 1, None, 4)
+    # generation 3 starts at step 8 (K = 4); the second entry of its generation; its skill
+    assert [e.class_name for e in stems] == ["game_00008_001_optimization"]
+    user = user_text("Doc.", "optimization", "medium", negatives=stems)
+    assert "class game_00008_001_optimization" in user and "FurnaceEnv" not in user
+    ours = Memory(MemoryConfig(), entries).negatives("optimization", 1, None, 4)
+    assert [e.class_name for e in ours] == ["FurnaceEnv"]  # what it was
+    assert load_config("paper-tool-use").memory.negative_name == "file_stem"
+    assert Memory(MemoryConfig(negative_name="file_stem"), entries).to_frame().equals(Memory(None, entries).to_frame())

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from samples import ROWS, run_body, write_stage
+from samples import ROWS, as_stage, write_stage
 
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.stages import reward
 from spade_core.store.artifacts import Store
 
 # Three valid designs (two optimization, one causal_inference) and one invalid; K = 2 steps, 2 no-hint plays
@@ -68,7 +69,8 @@ def _rewards(tmp_path: Path, *overrides: str, gen: int = 1, **kwargs) -> tuple[d
     store = Store(str(tmp_path))
     _store_generation(store, "r", gen, **kwargs)
     ctx = GenerationContext(cfg, store, "r", gen)
-    summary = run_body(ctx, "reward")
+    # With its marker, as a finished stage: the next generation's reward reads the state the marker lists.
+    summary = as_stage(ctx, "reward", lambda run: reward.run(run, None))
     frame = store.read_table("designer_rewards", "r", gen, stages=["reward"]).set_index("design_id")
     return summary, frame
 

@@ -1,6 +1,7 @@
-"""The pool top-up (``designer.top_up_rounds``): a generation with fewer valid environments than design
-prompts designs the missing ones, validated in real jails, and the pool, the verdicts and the designer's
-reward take them like any design. A scripted designer decides which replies hold working code."""
+"""The pool top-up before the pool (``designer.top_up_rounds``, ``designer.top_up_at: pool``): a generation with
+fewer valid environments than design prompts designs the missing ones, validated in real jails, and the pool,
+the verdicts and the designer's reward take them like any design. A scripted designer decides which replies
+hold working code. The authors' top-up at the pool's later steps is tests/test_pool_edges.py's."""
 
 from __future__ import annotations
 
@@ -74,5 +75,8 @@ def test_a_full_pool_designs_nothing_and_the_stage_is_off_by_default(tmp_path: P
     assert as_stage(ctx, "topup", lambda run: topup.run(run, designer))["rounds"] == 0
     assert len(designer.calls) == 1 and ctx.store.read_table("designs", "top", 1, stages=["topup"]).empty
     assert "topup" not in {s.name for s in stages_for(load_config("tiny"), 1)}
-    chain = [s.name for s in stages_for(load_config("paper-games"), 1)][:6]
+    before_pool = load_config("paper-games", overrides=["designer.top_up_at=pool"])
+    chain = [s.name for s in stages_for(before_pool, 1)][:6]
     assert chain == ["documents", "design", "validate", "topup", "pool", "hint"]
+    # The paper presets top up at the pool's later steps instead (tests/test_pool_edges.py).
+    assert "topup" not in {s.name for s in stages_for(load_config("paper-games"), 1)}

@@ -33,6 +33,22 @@ from spade_core.envs.contract import CONTRACT, env_id_for
 from spade_core.hashing import short_hash
 
 SKILL_TEXT = {skill: skill.replace("_", " ") for skill in GAME_SKILLS + TOOL_SKILLS}
+# What each skill asks of the agent, in our words after the authors' skill tables (their game_generator.py:39-115
+# and tool_use_template.py:11-80): the authors' layout names the skill with its description.
+SKILL_DESCRIPTIONS = {
+    "mathematical_reasoning": "working problems and equations out to a number",
+    "logical_deduction": "drawing conclusions from premises and rules",
+    "spatial_reasoning": "reasoning about positions, shapes and rotations",
+    "pattern_recognition": "finding the rule behind sequences, numbers or text",
+    "optimization": "finding the best solution under constraints",
+    "causal_inference": "working out what causes what",
+    "api_orchestration": "chaining tool calls that change the state one after another",
+    "data_retrieval": "finding information with query tools first, then acting on it exactly",
+    "state_modification": "a sequence of changes, each depending on the state the one before left",
+    "error_recovery": "coping with failing tools: check the state, correct the call and retry",
+    "tool_selection": "choosing the right tool among alternatives for the current state",
+    "multi_step_workflows": "ordered steps whose later ones depend on the results of earlier ones",
+}
 
 DESIGNER_SYSTEM = (
     "You are an expert designer of multi-turn text environments that train and test a language-model "
@@ -347,6 +363,8 @@ def _positive_block(example: MemoryExample, index: int) -> str:
 
 
 def _negative_line(example: NegativeExample) -> str:
+    """One negative example: why, its win rate and its name (the class's, or with ``memory.negative_name:
+    file_stem`` the authors' file stem, :meth:`spade_core.designer.memory.Memory.negatives`), never its code."""
     reason = "too easy" if example.win_rate > 0.5 else "too hard"
     return f"- {reason} (win_rate={example.win_rate:.2f}): class {example.class_name}"
 
@@ -359,6 +377,7 @@ def design_messages(
     negatives: Sequence[NegativeExample] = (),
     multiturn: MultiTurnBrief | None = None,
     system: str = "ours",
+    layout: str = "ours",
 ) -> list[dict[str, str]]:
     """The chat prompt of one design (docs/DESIGN.md §7 step 3), with the system prompt of
     ``designer.system_prompt`` = ``system`` (:func:`designer_system`).
@@ -373,12 +392,15 @@ def design_messages(
     the memory retrieves by skill. With ``multiturn`` (``designer.multiturn``) a tool-use prompt asks, as the
     authors' multi-turn template, for a multi-turn instruction environment in the brief's domain and task
     variant, the document only as optional flavour, and shows the brief's example module whole after the
-    contract's example.
+    contract's example. ``layout`` (``designer.user_prompt``) ``authors`` lays the same pieces out as the
+    authors' prompt (:func:`authors_user_prompt`).
     """
     kind = skill_kind(skill)
     _check_skill(positives, skill, "positive")
     _check_skill(negatives, skill, "negative")
     brief = multiturn if kind == "tool" else None
+    if layout == "authors":
+        return _with_system(kind, system, authors_user_prompt(document, skill, difficulty, positives, negatives, brief))
     parts = []
     if brief is not None:
         parts.append(MULTITURN_TOOL_ACTIONS)
@@ -436,6 +458,94 @@ def design_messages(
         )
     parts.append(f"Create a NEW environment that is different from the examples. {REPLY_FORMAT}")
     return _with_system(kind, system, "\n\n".join(parts))
+
+
+AUTHORS_REPLY = "Generate the complete Python code in a ```python block."
+AUTHORS_POSITIVES = (
+    "Here are examples of environments that trained the agent well, with a difficulty that suited it. Use them as "
+    "inspiration for structure and complexity, but create a DIFFERENT environment:"
+)
+
+
+def authors_user_prompt(
+    document: str | None,
+    skill: str,
+    difficulty: str,
+    positives: Sequence[MemoryExample] = (),
+    negatives: Sequence[NegativeExample] = (),
+    brief: MultiTurnBrief | None = None,
+) -> str:
+    """A design's user prompt in the authors' layout (``designer.user_prompt: authors``), its prose in our words.
+
+    Games (their ``corpus_template.py:101-127``): the document in ``<REFERENCE_DOCUMENT>`` under a one-line
+    request, the spec (interactivity, how the agent acts, grounding, the interface contract with its example
+    module, robustness and self-check), then the skill with its description and the difficulty, and "Generate
+    the complete Python code in a ```python block.". Tool use (``tool_use_template.py:104-340``): the document
+    and its grounding first, then "subclass ToolEnv; the environment tests: skill (description)" and the
+    rules; multi-turn (``tool_use_template.py:361-640, 705-755``): that line first, the instructions, the
+    difficulty, domain and task variant, the document as optional flavour in ``<REFERENCE_SNIPPET>``, the
+    example module. Last, as their memory appends it (``orchestrator.py:1204-1228``), the positives in
+    ``<REFERENCE_ENVIRONMENTS>`` and the negatives under "Avoid generating environments like:".
+    """
+    kind = skill_kind(skill)
+    tests = f"{SKILL_TEXT[skill]} ({SKILL_DESCRIPTIONS[skill]})"
+    steps = interaction_steps(difficulty)
+    rules, example = contract_sections()
+    contract = f"Interface contract:\n\n{rules}\n\n```python\n{example}```"
+    parts: list[str] = []
+    if kind == "game":
+        request = "Create an interactive, multi-turn Python game environment"
+        if document:
+            parts.append(
+                f"You are given a reference document. {request} grounded in a concept or technique from it.\n\n"
+                f"<REFERENCE_DOCUMENT>\n{document.strip()}\n</REFERENCE_DOCUMENT>"
+            )
+        else:
+            parts.append(f"{request}.")
+        parts += [INTERACTIVE_SPEC, GAME_ACTIONS, *([GROUNDING] if document else []), contract, ROBUSTNESS]
+        parts.append(
+            f"Target skill: {tests}. Difficulty: {difficulty}: the goal should need {steps}+ interaction steps.\n\n"
+            f"{AUTHORS_REPLY}"
+        )
+    elif brief is None:
+        if document:
+            parts.append(
+                "You are given a reference document. Create a tool-use environment in the domain it describes.\n\n"
+                f"<REFERENCE_DOCUMENT>\n{document.strip()}\n</REFERENCE_DOCUMENT>\n\n{GROUNDING}"
+            )
+        parts.append(
+            f"Create a tool-use environment: subclass spade_env.ToolEnv; tools are tool_* methods. The environment "
+            f"tests: {tests}. Difficulty: {difficulty}: the goal should need {steps}+ tool calls."
+        )
+        parts += [INTERACTIVE_SPEC, TOOL_ACTIONS, contract, ROBUSTNESS, AUTHORS_REPLY]
+    else:
+        parts.append(
+            f"Create a MULTI-TURN tool-use environment: subclass spade_env.InstructionEnv. The environment tests: "
+            f"{tests}."
+        )
+        parts.append(MULTITURN_TOOL_ACTIONS)
+        parts.append(
+            f"Difficulty: {difficulty}.\nDomain: {brief.domain}: a real user getting something done (search, book, "
+            f"order, update, cancel, schedule), not an exam.\nTask variant: {brief.task}. {TASK_VARIANTS[brief.task]}"
+        )
+        if document:
+            parts.append(
+                "Optional flavour: you may borrow names, numbers or entities from this snippet, but the domain "
+                "above is fixed; never refer to the snippet in the instructions.\n"
+                f"<REFERENCE_SNIPPET>\n{document.strip()}\n</REFERENCE_SNIPPET>"
+            )
+        parts += [contract, f"An example structure:\n\n```python\n{brief.example.strip()}\n```", ROBUSTNESS]
+        parts.append(AUTHORS_REPLY)
+    if positives:
+        blocks = "\n\n".join(
+            f"### Example {i + 1} (skill: {SKILL_TEXT.get(e.skill, e.skill)}, win_rate: {e.win_rate:.2f}, regret: "
+            f"{e.regret:.2f})\n```python\n{e.code}\n```"
+            for i, e in enumerate(positives)
+        )
+        parts.append(f"<REFERENCE_ENVIRONMENTS>\n{AUTHORS_POSITIVES}\n\n{blocks}\n</REFERENCE_ENVIRONMENTS>")
+    if negatives:
+        parts.append("Avoid generating environments like:\n" + "\n".join(_negative_line(e) for e in negatives))
+    return "\n\n".join(parts)
 
 
 MUTATION_KEEP = (
@@ -538,6 +648,30 @@ def _looks_like_env(text: str) -> bool:
     return bool(
         re.search(r"^class\s+\w+", text, re.M) and "def reset" in text and ("def step" in text or "ToolEnv" in text)
     )
+
+
+# The stored completion of a design attempt whose reply did not come back by its deadline (designer.attempt_deadline_s
+# or batch_deadline_s): no code, and its verdict is a ``deadline`` (spade_core.pipeline.stages.validate).
+LATE_REPLY = "[deadline] "
+
+
+def late_reply(error: str) -> str:
+    """The completion stored for a reply abandoned at its deadline (``error``: the completion's error).
+
+    >>> late_reply("deadline: no reply within 300 s (designer.attempt_deadline_s)")
+    '[deadline] no reply within 300 s (designer.attempt_deadline_s)'
+    """
+    return LATE_REPLY + error.removeprefix("deadline:").strip()
+
+
+def is_late_reply(completion: Any, completion_ids: Any) -> bool:
+    """Whether a design row's reply was abandoned at its deadline (:func:`late_reply`; such a row has no tokens).
+
+    >>> is_late_reply(late_reply("deadline: x"), None), is_late_reply("[deadline] x", [1, 2]), is_late_reply("hi", None)
+    (True, False, False)
+    """
+    no_tokens = completion_ids is None or (not isinstance(completion_ids, str) and len(completion_ids) == 0)
+    return isinstance(completion, str) and completion.startswith(LATE_REPLY) and no_tokens
 
 
 def design_id_for(run_id: str, gen: int, doc_id: str | None, skill: str, index: int) -> str:

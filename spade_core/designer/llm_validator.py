@@ -10,8 +10,9 @@ reset). The first ``\\boxed{}`` of the reply decides: yes / y / true keep the de
 it. A reply without one, an empty reply or a failed model call keeps the design (the judge never blocks
 training). Each verdict is stored with the design's validation row (``llm_verdict``, ``llm_reason``).
 
-Not reproduced: their 120 s timeout per judgement (our generators take no deadline) and the chat-template
-switch that turns the model's thinking off.
+Their 120 s per judgement (``corpus_orchestrator.py:166-169``) is ``validation.llm_validator_deadline_s``: a
+judgement not back by then rejects the design (verdict ``deadline``, :mod:`spade_core.designer.deadline`).
+The chat-template switch that turns the model's thinking off is ``model.enable_thinking``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
+from spade_core.designer.deadline import DEADLINE, generate_within, is_late
+from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
 
-Verdict = Literal["yes", "no", "none", "error"]
+Verdict = Literal["yes", "no", "none", "error", "deadline"]
 REASON_CHARS = 2000  # the stored reasoning is cut to this many characters (the head holds the verdict's trace)
 
 SYSTEM = (
@@ -89,18 +91,27 @@ def parse_verdict(text: str) -> Judgement:
     return Judgement(keep, "yes" if keep else "no", reason)
 
 
-def judge(generator: Generator, codes: Sequence[str], params: SamplingParams) -> list[Judgement]:
+def judge(
+    generator: Generator, codes: Sequence[str], params: SamplingParams, deadline_s: float | None = None
+) -> list[Judgement]:
     """Judge each environment's code with ``generator`` in one batch (``params``: the model's sampling at the
-    judge's temperature and budget); a failed model call keeps the design (verdict ``error``)."""
+    judge's temperature and budget); a failed model call keeps the design (verdict ``error``), a judgement not
+    back within ``deadline_s`` (``validation.llm_validator_deadline_s``; None: no deadline) rejects it (verdict
+    ``deadline``, as the authors' timeout raises)."""
     if not codes:
         return []
     base = params.seed or 0
     requests = [GenerationRequest(messages=messages(code), seed=base + i) for i, code in enumerate(codes)]
     try:
-        replies = generator.generate(requests, params)
+        replies = generate_within(generator, requests, params, deadline_s, "validation.llm_validator_deadline_s")
     except Exception as exc:  # the judge never blocks training (theirs: accept on error)
         return [Judgement(True, "error", f"{type(exc).__name__}: {exc}"[:REASON_CHARS]) for _ in codes]
-    return [
-        Judgement(True, "error", reply.error[:REASON_CHARS]) if reply.error is not None else parse_verdict(reply.text)
-        for reply in replies
-    ]
+    return [_judgement(reply) for reply in replies]
+
+
+def _judgement(reply: Completion) -> Judgement:
+    if is_late(reply):
+        return Judgement(False, "deadline", str(reply.error).removeprefix(f"{DEADLINE}:").strip())
+    if reply.error is not None:
+        return Judgement(True, "error", reply.error[:REASON_CHARS])
+    return parse_verdict(reply.text)

@@ -19,7 +19,9 @@ paper defaults in brackets):
   small designer copies what it is shown and a module cut mid-way copies into one that cannot load.
 - **Negatives** (step 3): same skill, ``win_rate > negative_high`` [0.9] or ``< negative_low`` [0.1]; with an
   rng, ``k`` sampled uniformly without replacement, else the ``k`` newest. The prompt shows them by class
-  name only (:attr:`MemoryEntry.class_name`), never their code. Win rates in (0.85, 0.9] or [0.1, 0.15) are
+  name only (:attr:`MemoryEntry.class_name`), never their code; with ``negative_name: file_stem`` (the paper
+  presets) by the authors' name instead, the stem of their game file (:func:`file_stem`), which says nothing
+  of what the environment was. Win rates in (0.85, 0.9] or [0.1, 0.15) are
   neither positive nor negative.
 - **Stored code**: an entry keeps its whole module, because replay (below) plays it and the novelty
   filter compares with it; the cut to ``code_chars`` [2000] (the authors store only that snippet,
@@ -76,11 +78,25 @@ class MemoryEntry:
     win_rate: float
     regret: float
     gen_added: int
+    shown_as: str | None = None  # the name a negative example is shown by, when not its class (never stored)
 
     @property
     def class_name(self) -> str:
-        """The environment class's name, as a negative example shows it (the env_id when no class is found)."""
-        return env_class_name(self.code) or self.env_id
+        """The name a negative example shows: :attr:`shown_as` when set (``memory.negative_name: file_stem``), else
+        the environment class's name (the env_id when no class is found)."""
+        return self.shown_as or env_class_name(self.code) or self.env_id
+
+
+def file_stem(entry: MemoryEntry, index: int, steps_per_generation: int) -> str:
+    """The authors' name of a remembered game, the stem of its file (``game_{rollout:05d}_{index:03d}_{skill}``,
+    their ``spade/core/utils/game_files.py:33-34``): the global step that designed it (its generation's first),
+    its place among its generation's entries (theirs: among its batch's prompts) and its skill.
+
+    >>> file_stem(MemoryEntry("e", "optimization", "game", "", 0.95, 0.0, 3), 7, 4)
+    'game_00008_007_optimization'
+    """
+    step = (entry.gen_added - 1) * steps_per_generation
+    return f"game_{step:05d}_{index:03d}_{entry.skill}"
 
 
 def prompt_code(code: str, code_chars: int, whole: bool) -> str | None:
@@ -208,15 +224,31 @@ class Memory:
         chosen = pool[:k] if generator is None or len(pool) <= k else generator.sample(pool, k)
         return [replace(e, code=str(shown[e.env_id])) for e in sorted(chosen, key=lambda e: -e.regret)]
 
-    def negatives(self, skill: str, k: int = 1, rng: random.Random | int | None = None) -> list[MemoryEntry]:
-        """Up to ``k`` same-skill entries the agent almost always or almost never wins (shown by class name)."""
+    def negatives(
+        self, skill: str, k: int = 1, rng: random.Random | int | None = None, steps_per_generation: int = 1
+    ) -> list[MemoryEntry]:
+        """Up to ``k`` same-skill entries the agent almost always or almost never wins, shown by class name, or
+        with ``memory.negative_name: file_stem`` by the authors' file stem (:func:`file_stem`; K =
+        ``steps_per_generation`` places a generation on the step axis; an entry of the seed library keeps its
+        class name)."""
         skill_kind(skill)
         if not self.cfg.enabled or k <= 0:
             return []
         high, low = self.cfg.negative_high, self.cfg.negative_low
         candidates = [e for e in self._newest_first() if e.skill == skill and (e.win_rate > high or e.win_rate < low)]
         generator = _rng(rng)
-        return candidates[:k] if generator is None or len(candidates) <= k else generator.sample(candidates, k)
+        chosen = candidates[:k] if generator is None or len(candidates) <= k else generator.sample(candidates, k)
+        if self.cfg.negative_name != "file_stem":
+            return chosen
+        places: dict[str, int] = {}
+        counts: dict[int, int] = {}
+        for entry in self:  # oldest first: an entry's place among its generation's entries
+            places[entry.env_id] = counts.get(entry.gen_added, 0)
+            counts[entry.gen_added] = places[entry.env_id] + 1
+        return [
+            replace(e, shown_as=file_stem(e, places[e.env_id], steps_per_generation)) if e.gen_added >= 1 else e
+            for e in chosen
+        ]
 
     def replay(self, k: int, exclude: Iterable[str] = ()) -> list[MemoryEntry]:
         """Up to ``k`` in-band entries of any skill, highest regret first (ties: newest first), for rollouts.

@@ -276,3 +276,15 @@ def designer_rewards(
     out["centred"] = centred
     out["reward"] = centred * scale
     return out, new_state
+
+
+def late_top_up_rewards(envs: pd.DataFrame) -> pd.DataFrame:
+    """The rewards of designs a later step of the pool topped up (``designer.top_up_at: steps``): they have no
+    hint and no hinted play, so a regret of 0, and their reward is 0, kept (trained with advantage 0), as the
+    authors' (``spade/core/utils/env_rewards.py:197-205``: a raw regret of 0, centred among that step's
+    top-ups, so 0; ``spade_rollout.py:589-595`` finds no window left to recompute it from).
+
+    >>> late_top_up_rewards(pd.DataFrame({"env_id": ["e"]}))[list(OUTPUT_COLUMNS)].to_dict("records")
+    [{'regret': 0.0, 'raw': 0.0, 'dropped': False, 'centred': 0.0, 'reward': 0.0}]
+    """
+    return envs.assign(regret=0.0, raw=0.0, dropped=False, centred=0.0, reward=0.0)

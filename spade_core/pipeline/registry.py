@@ -1,16 +1,19 @@
 """The one list of a generation's stages, in pipeline order (docs/DESIGN.md §10).
 
     documents → design → validate (sharded over design shards) → topup (optional) → novelty (optional)
-    → pool → hint → [ rollout (sharded over pool blocks) → score → memory → train ] × K steps → reward
-    → evaluate (when due)
+    → pool → hint → [ refill (optional) → rollout (sharded over pool blocks) → score → memory → train ] × K
+    steps → reward → evaluate (when due)
 
-The per-step stages (``rollout``, ``train``) run once per step ``k`` of the generation as the instances
-``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them, run in step 0 only (the
-regret and the memory come from the pool's first plays). :func:`stages_for` expands the declarations into
+The per-step stages (``refill``, ``rollout``, ``train``) run once per step ``k`` of the generation as the
+instances ``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them, run in step 0 only (the
+regret and the memory come from the pool's first plays), and ``refill`` (the pool's top-up with
+``designer.top_up_at: steps``) in the steps of :func:`~spade_core.steps.top_up_steps` only, as ``refill-s{k}``,
+with that step's checkpoint. :func:`stages_for` expands the declarations into
 the instances of one generation, in order. ``reward`` (the designer's reward over the whole window of K
 steps) runs after the last step; the designs it rewards are trained by a later generation's ``train``
 (``designer.training_delay`` steps after this generation's first step), hence ``train``'s dependency on
-the previous generation's ``reward``.
+the previous generation's ``reward``; in the generation that holds the run's last step (``training.total_steps``)
+``reward`` runs before the last ``train``, which trains this generation's designs too (:func:`flushes`).
 
 The Prefect flow (``flows/generation.py``), ``spade status`` and the local runner
 (:mod:`spade_core.pipeline.local`) iterate :data:`STAGES`. Adding a stage is one module under
@@ -39,6 +42,7 @@ from spade_core.pipeline.stages import (
     validate,
 )
 from spade_core.stage_names import STEP_STAGES, instance_name
+from spade_core.steps import flush_step, top_up_steps
 from spade_core.store.schemas import SCHEMAS
 
 
@@ -104,9 +108,22 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("hint", hint.run, ("pool",), uses_model=True, retried=True, reads=("pool",), writes=("hints",)),
     Stage(
+        "refill",
+        topup.refill,
+        ("pool", "hint"),
+        ("memory",),
+        uses_model=True,
+        retried=True,
+        applies=topup.refills,
+        per_step=True,
+        carry=("train",),
+        reads=("designs", "validations", "memory", "pool"),
+        writes=("documents", "designs", "validations", "pool"),
+    ),
+    Stage(
         "rollout",
         rollout.run,
-        ("pool", "hint"),
+        ("pool", "hint", "refill"),
         uses_model=True,
         retried=True,
         shard_by="pool",
@@ -146,7 +163,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "reward",
         reward.run,
-        ("validate", "topup", "novelty", "pool", "hint", "rollout"),
+        ("validate", "topup", "novelty", "pool", "hint", "refill", "rollout"),
         ("reward",),
         applies=reward.applies,
         reads=(*VERDICTS, "pool", "hints", "episodes", "designer_lp_state"),
@@ -197,8 +214,33 @@ def _instance(stage: Stage, step: int | None, last: int, cfg: SpadeConfig, chain
     )
 
 
+def _runs_at(stage: Stage, cfg: SpadeConfig, step: int) -> bool:
+    """Whether a stage of the step block has an instance in step ``step``: a per-step stage in every step (the
+    top-up's ``refill`` only at :func:`~spade_core.steps.top_up_steps`), the others in step 0 only."""
+    if not stage.per_step:
+        return step == 0
+    return step in top_up_steps(cfg) if stage.name == "refill" else True
+
+
+def flushes(cfg: SpadeConfig, gen: int) -> bool:
+    """Whether generation ``gen`` holds the run's last step (``training.total_steps``), whose update also trains
+    the designs due after it, this generation's among them (:func:`~spade_core.steps.design_train_step`)."""
+    flush = flush_step(cfg)
+    k = cfg.training.steps_per_generation
+    return flush is not None and flush // k + 1 == gen and designing(cfg, gen) and cfg.designer.train
+
+
+def _without(stage: Stage, absent: set[str]) -> Stage:
+    """``stage`` without the inputs named in ``absent``."""
+    kept = tuple(x for x in stage.inputs if x not in absent)
+    return stage if kept == stage.inputs else dataclasses.replace(stage, inputs=kept)
+
+
 def stages_for(cfg: SpadeConfig, gen: int) -> list[Stage]:
-    """The stage instances generation ``gen`` of a run with ``cfg`` runs, in order (see the module doc)."""
+    """The stage instances generation ``gen`` of a run with ``cfg`` runs, in order (see the module doc).
+
+    In the generation that holds the run's last step (:func:`flushes`) ``reward`` runs before the last
+    ``train``, which takes it as an input: that update trains this generation's designs."""
     applying = [s for s in STAGES if s.applies(cfg, gen)]
     stepped = [i for i, s in enumerate(applying) if s.per_step]
     last = cfg.training.steps_per_generation - 1
@@ -207,8 +249,19 @@ def stages_for(cfg: SpadeConfig, gen: int) -> list[Stage]:
     first, end = stepped[0], stepped[-1] + 1
     out = [_instance(s, None, last, cfg, True) for s in applying[:first]]
     for k in range(last + 1):
-        out += [_instance(s, k, last, cfg, False) for s in applying[first:end] if s.per_step or k == 0]
-    return out + [_instance(s, None, last, cfg, False) for s in applying[end:]]
+        out += [_instance(s, k, last, cfg, False) for s in applying[first:end] if _runs_at(s, cfg, k)]
+    after = [_instance(s, None, last, cfg, False) for s in applying[end:]]
+    # A step without a top-up has no refill instance for its plays (or the reward) to wait for.
+    made = {s.name for s in (*out, *after)}
+    refills = {instance_name("refill", k) for k in range(last + 1)} - made
+    out, after = ([_without(s, refills) for s in part] for part in (out, after))
+    if flushes(cfg, gen) and any(s.name == "reward" for s in after):
+        reward = next(s for s in after if s.name == "reward")
+        final = len(out) - 1  # the last train instance closes the step block
+        out[final] = dataclasses.replace(out[final], inputs=(*out[final].inputs, reward.name))
+        out.insert(final, reward)
+        after.remove(reward)
+    return out + after
 
 
 def chain_for(cfg: SpadeConfig, gen: int) -> list[Stage]:

@@ -16,6 +16,8 @@ from the start, in a fresh jail with the same seed, up to ``rollout.env_retries`
 then carry other sampling seeds, so the agent's replies need not repeat. Only the last attempt becomes the
 row; one that still fails keeps its ``error_type``, and scoring and training leave it out
 (:mod:`spade_core.method.scoring`, :func:`spade_core.train.data.agent_samples`). A ``model_error`` is not retried.
+With ``rollout.play_deadline_s`` a play that runs past it (checked after every turn) ends with ``deadline``:
+left out the same way, and never retried (the authors' ``orchestrator.py:1521-1541`` drop it).
 
 Episode rules that differ between this project and the authors are settings (paper presets: theirs;
 ``orchestrator.py:403-491``, ``synthetic_game_env.py:226-246, 429-434``): ``rollout.action`` (the game
@@ -58,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -127,6 +130,7 @@ class _Episode:
     env_steps: int = 0  # replies that went to the environment's step (tool-call turns do not)
     # rollout.hinted_play_rules=authors on a hinted play: a failure scores 0 (kept), and no episode rule cuts it
     authors_hinted: bool = False
+    started: float = field(default_factory=time.monotonic)  # when this attempt began (rollout.play_deadline_s)
 
     def fail(self, error_type: str, message: str | None) -> None:
         if self.authors_hinted:  # the authors' hinted arm: a failed play is a 0 (orchestrator.py:1783-1917)
@@ -277,8 +281,21 @@ class RolloutEngine:
         self.stats.retries += len(redo)
 
     def _retries_left(self, episode: _Episode) -> bool:
-        """Whether the environment broke the play and it may be played again (``rollout.env_retries``)."""
-        return is_env_error(episode.error_type) and episode.attempt < self.cfg.env_retries
+        """Whether the environment broke the play and it may be played again (``rollout.env_retries``); a play
+        past its deadline is not (the authors retry no timed-out play)."""
+        retriable = is_env_error(episode.error_type) and episode.error_type != "deadline"
+        return retriable and episode.attempt < self.cfg.env_retries
+
+    def _check_deadline(self, episode: _Episode) -> None:
+        """End a play that has run past ``rollout.play_deadline_s`` (counted from its attempt's start): it is
+        dropped, ``error_type`` deadline, also when it ended in the turn that overran, as the authors cancel a
+        play at its limit (``orchestrator.py:1521-1541``); a hinted play under the authors' rules scores 0."""
+        limit = self.cfg.play_deadline_s
+        if limit is None or episode.error_type is not None or time.monotonic() - episode.started <= limit:
+            return
+        if episode.authors_hinted and episode.done and episode.error is not None:
+            return  # already failed (scored 0)
+        episode.fail("deadline", f"the play ran past rollout.play_deadline_s ({limit:g} s)")
 
     def _chat(self, episode: _Episode) -> ChatTokens | None:
         if self.tokenizer is None:
@@ -489,6 +506,8 @@ class RolloutEngine:
                 results = run_parallel(self._play, stepping, min(MAX_STEP_WORKERS, max(1, len(stepping))))
                 for turn, result in zip(stepping, results, strict=True):
                     self._record_turn(turn, result)
+                for episode in live:
+                    self._check_deadline(episode)
                 self._release([e for e in live if e.done])
                 self._count_prompts(completions)
                 self.stats.turns += 1
@@ -528,6 +547,7 @@ class RolloutEngine:
                     turn = self._take_reply(episode, completion)
                     if turn is not None:
                         self._record_turn(turn, self._play(turn))
+                    self._check_deadline(episode)
                     with lock:
                         self.stats.generate_calls += 1
                         self._count_prompts([completion])

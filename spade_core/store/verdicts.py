@@ -10,6 +10,7 @@ the store through the stage markers only (no pipeline module), so the trainer su
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -33,10 +34,13 @@ def _read(
     return store.read_files(table, files, columns=columns)
 
 
-def final_verdicts(store: Store, run_id: str, gen: int, *, novelty: bool = True) -> pd.DataFrame:
+def final_verdicts(
+    store: Store, run_id: str, gen: int, *, novelty: bool = True, steps: Sequence[str] = ()
+) -> pd.DataFrame:
     """One row per design_id with the :data:`VERDICT_COLUMNS` of its latest attempt, sorted by design_id.
-    ``novelty=False`` leaves the novelty verdicts out (what the novelty stage itself judges)."""
-    validations = _read(store, run_id, gen, "validations", VALIDATION_STAGES, VERDICT_COLUMNS)
+    ``novelty=False`` leaves the novelty verdicts out (what the novelty stage itself judges); ``steps`` names the
+    per-step top-up stages (``refill-s{k}``) whose designs count too."""
+    validations = _read(store, run_id, gen, "validations", (*VALIDATION_STAGES, *steps), VERDICT_COLUMNS)
     rejected = None
     if novelty:
         columns = ["design_id", "attempt", "novel", "similarity", "threshold", "check"]
@@ -44,11 +48,13 @@ def final_verdicts(store: Store, run_id: str, gen: int, *, novelty: bool = True)
     return resolve(validations[VERDICT_COLUMNS], rejected)
 
 
-def final_designs(store: Store, run_id: str, gen: int, *, novelty: bool = True) -> pd.DataFrame:
+def final_designs(
+    store: Store, run_id: str, gen: int, *, novelty: bool = True, steps: Sequence[str] = ()
+) -> pd.DataFrame:
     """One row per design_id: its latest attempt's ``designs`` columns plus ``ok``, ``error_type`` and
-    ``message`` of :func:`final_verdicts`, sorted by design_id."""
-    designs = _read(store, run_id, gen, "designs", DESIGN_STAGES).drop(columns=["run_id", "gen"])
-    verdicts = final_verdicts(store, run_id, gen, novelty=novelty)
+    ``message`` of :func:`final_verdicts`, sorted by design_id (``steps``: as there)."""
+    designs = _read(store, run_id, gen, "designs", (*DESIGN_STAGES, *steps)).drop(columns=["run_id", "gen"])
+    verdicts = final_verdicts(store, run_id, gen, novelty=novelty, steps=steps)
     if designs.empty:
         return designs.assign(ok=pd.Series(dtype=bool), error_type=None, message=None)
     frame = designs.merge(verdicts, on=["design_id", "attempt"], how="inner")

@@ -61,6 +61,7 @@ class Sample:
     env_id: str | None = None
     skill: str | None = None
     behaviour_step: int = 0  # the checkpoint that sampled it
+    duplicate: bool = False  # a repeat of a real play that fills the batch (training.batch_fill: duplicate)
 
     @property
     def trained_tokens(self) -> int:
@@ -74,6 +75,11 @@ class Batch:
     samples_: list[Sample] = field(default_factory=list)
     skipped_episodes: int = 0  # no token ids (a model error before the first turn) or no agent token
     trimmed: int = 0  # samples cut to fit training.global_batch_size
+
+    @property
+    def duplicated(self) -> int:
+        """Repeats of real plays in the batch (``training.batch_fill: duplicate``)."""
+        return sum(s.duplicate for s in self.samples_)
 
     def samples(self, role: str | None = None) -> list[Sample]:
         return [s for s in self.samples_ if role is None or s.role == role]
@@ -288,11 +294,31 @@ def _keep_groups(samples: list[Sample], budget: float, rng: random.Random) -> li
     return sorted(kept, key=lambda s: s.group)
 
 
+def fill_with_duplicates(samples: list[Sample], target: int) -> list[Sample]:
+    """``samples``, and when they are fewer than ``target`` copies of them in turn up to ``target``, each marked
+    ``duplicate`` (``training.batch_fill: duplicate``): the authors' ``upsample_trajectories``
+    (``spade/core/utils/trajectory_build.py:125-160``), called with ``global_batch_size`` minus the step's new
+    designs (``spade/core/orchestrator.py:2607-2620``). A copy keeps its play's reward and advantage, as theirs
+    keep the normalised reward.
+
+    >>> s = [Sample(AGENT, "agent:e", [], [1], [1], float(r), source_id=f"p{r}") for r in range(3)]
+    >>> [(x.source_id, x.duplicate) for x in fill_with_duplicates(s, 5)]
+    [('p0', False), ('p1', False), ('p2', False), ('p0', True), ('p1', True)]
+    >>> len(fill_with_duplicates(s, 2)), fill_with_duplicates([], 4)
+    (3, [])
+    """
+    if not samples or len(samples) >= target:
+        return list(samples)
+    return [*samples, *(replace(samples[i % len(samples)], duplicate=True) for i in range(target - len(samples)))]
+
+
 def make_batch(samples: list[Sample], skipped_episodes: int = 0, size: int | None = None) -> Batch:
     """The step's batch: the designer's samples first (the authors' order), then the agent's, each in group
-    order (advantages already set), cut to ``size`` samples when given (:func:`trim_to`)."""
+    order (advantages already set), the agent's repeated plays (:func:`fill_with_duplicates`) after all its real
+    ones, as the authors append them, cut to ``size`` samples when given (:func:`trim_to`): a surplus sheds the
+    repeats first."""
     first = {DESIGNER: 0, AGENT: 1}
-    ordered = sorted(samples, key=lambda s: (first.get(s.role, 2), s.group, s.source_id))
+    ordered = sorted(samples, key=lambda s: (first.get(s.role, 2), s.duplicate, s.group, s.source_id))
     kept = ordered if size is None else trim_to(ordered, size)
     return Batch(kept, skipped_episodes, trimmed=len(ordered) - len(kept))
 

@@ -49,6 +49,7 @@ class TrainSummary:
     zero_variance_groups: int = 0
     padded_samples: int = 0  # zero-mask copies that fill the last micro-batch
     trimmed_samples: int = 0  # agent samples cut to fit training.global_batch_size (the designer's come first)
+    duplicated_samples: int = 0  # repeats of real plays that fill the batch (training.batch_fill: duplicate)
     dropped_samples: int = 0  # advantage 0, left out of the update (training.drop_zero_advantage)
     skipped_episodes: int = 0
     tokens_trained: int = 0

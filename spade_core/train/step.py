@@ -32,7 +32,7 @@ import pandas as pd
 from spade_core.config import SpadeConfig, load_config
 from spade_core.llm.hf import load_tokenizer, pick_device
 from spade_core.stage_names import instance_name
-from spade_core.steps import due_designs_generation, first_step
+from spade_core.steps import due_generations, first_step, top_up_steps
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import (
     model_for_step,
@@ -50,6 +50,7 @@ from spade_core.train.data import (
     Batch,
     agent_samples,
     designer_samples,
+    fill_with_duplicates,
     make_batch,
     mix_roles,
 )
@@ -64,27 +65,51 @@ from spade_core.train.grpo import (
 from spade_core.train.launch import TrainSummary
 
 
+def refill_stages(cfg: SpadeConfig, upto: int | None = None) -> list[str]:
+    """The per-step top-up stages of a generation (``designer.top_up_at: steps``), ``refill-s{k}``, up to step
+    ``upto`` (None: all)."""
+    return [instance_name("refill", k) for k in top_up_steps(cfg) if upto is None or k <= upto]
+
+
 def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> pd.DataFrame:
     """The rewarded, kept designs trained at ``global_step``: final design rows joined with their
-    ``designer_rewards`` row (empty when none are due, the designer is frozen or the pool is fixed)."""
-    gen = due_designs_generation(cfg, global_step)
-    if gen is None or not cfg.designer.train or cfg.designer.fixed_pool:
+    ``designer_rewards`` row whose ``train_step`` is this step (empty when none are due, the designer is frozen
+    or the pool is fixed). Those of the generation whose designs are due now, and at the run's last step those
+    due after it (:func:`spade_core.steps.due_generations`)."""
+    if not cfg.designer.train or cfg.designer.fixed_pool:
         return pd.DataFrame()
-    rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
-    if rewards.empty:
-        return pd.DataFrame()
-    kept = rewards[~rewards["dropped"].astype(bool)][["design_id", "raw", "reward"]]
-    designs = final_designs(store, run_id, gen)
-    return designs[designs["ok"]].merge(kept, on="design_id", how="inner")
+    frames = []
+    for gen in due_generations(cfg, global_step):
+        rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
+        if rewards.empty:
+            continue
+        due = rewards[~rewards["dropped"].astype(bool) & (rewards["train_step"].astype(int) == global_step)]
+        if due.empty:
+            continue
+        designs = final_designs(store, run_id, gen, steps=refill_stages(cfg))
+        frames.append(designs[designs["ok"]].merge(due[["design_id", "raw", "reward"]], on="design_id", how="inner"))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def new_designs(cfg: SpadeConfig, pool: pd.DataFrame, step: int) -> int:
+    """The designs a step makes, as the authors count them when they fill the batch (``num_env``,
+    ``orchestrator.py:2607-2612``): the pool's designed environments at a generation's first step while the
+    designer trains, else 0 (a later step's top-ups count none)."""
+    if step or not cfg.designer.train or cfg.designer.fixed_pool or "source" not in pool.columns:
+        return 0
+    return int((pool["source"] == "design").sum())
 
 
 def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int, tokenizer: Any) -> Batch:
     """The batch of step ``step`` (0..K-1) of generation ``gen``: the no-hint plays of that step and the
-    designs that are due at this global step (:func:`due_designs`), the designer's first."""
+    designs that are due at this global step (:func:`due_designs`), the designer's first; with
+    ``training.batch_fill: duplicate`` the agent's plays are repeated up to ``global_batch_size`` minus the
+    step's new designs (:func:`spade_core.train.data.fill_with_duplicates`)."""
     played = instance_name("rollout", step)
     episodes = store.read_table("episodes", run_id=run_id, gen=gen, stages=[played])
-    columns = ["env_id", "skill", "kind"]
-    pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=columns) if not episodes.empty else None
+    columns = ["env_id", "skill", "kind", "source"]
+    stages = ["pool", *refill_stages(cfg, upto=step)]  # the pool as this step played it
+    pool = store.read_table("pool", run_id, gen, stages=stages, columns=columns) if not episodes.empty else None
     pool = pool[columns] if pool is not None else pd.DataFrame(columns=columns)
     # A tool-use play that did not terminate keeps its place in its group but is masked out of the loss.
     agent, skipped = agent_samples(episodes, kinds=dict(zip(pool["env_id"], pool["kind"], strict=True)))
@@ -95,7 +120,11 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     if cfg.training.roles == "designer":  # the agent frozen: its plays score designs, never train
         agent, skipped = [], 0
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
-    return make_batch(mixed, skipped_episodes=skipped, size=cfg.training.global_batch_size)
+    size = cfg.training.global_batch_size
+    if size is not None and cfg.training.batch_fill == "duplicate":
+        plays = [s for s in mixed if s.role == AGENT]
+        mixed = [s for s in mixed if s.role != AGENT] + fill_with_duplicates(plays, size - new_designs(cfg, pool, step))
+    return make_batch(mixed, skipped_episodes=skipped, size=size)
 
 
 def loss_denominator(cfg: SpadeConfig, batch: Batch, dropped: int) -> int:
@@ -241,6 +270,7 @@ def train_step(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int)
         zero_variance_groups=batch.zero_signal_groups(),
         skipped_episodes=batch.skipped_episodes,
         trimmed_samples=batch.trimmed,
+        duplicated_samples=batch.duplicated,
     )
     _count(summary, batch)
     meta: dict[str, Any] = {"parent_step": parent, "base_model": cfg.model.name_or_path}

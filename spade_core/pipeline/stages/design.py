@@ -2,22 +2,27 @@
 1 in the paper), all in one batched model call. The validate stage retries the failed prompts with the
 helpers here (:func:`prompt_for`, :func:`generate_rows`), so a retry is built exactly like a first attempt.
 Every design row's code is repaired before validation (:func:`with_repairs`, ``validation.code_repairs``)
-and the row records which repairs changed it.
+and the row records which repairs changed it. A reply past ``designer.attempt_deadline_s`` is stored without
+code (:func:`~spade_core.designer.design.late_reply`); the stage's time counts toward the batch's
+``designer.batch_deadline_s`` (``info["batch_seconds"]``, the validate shards have what is left).
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import pandas as pd
 
 from spade_core.config import SpadeConfig
+from spade_core.designer.deadline import Clock, call_deadline, generate_within, is_late, start_clock
 from spade_core.designer.design import (
     design_id_for,
     design_messages,
     design_row,
+    late_reply,
     multiturn_brief,
     mutation_messages,
     parameters_messages,
@@ -86,11 +91,18 @@ def prompt_from_text(
         messages = parameters_messages(text, parameter_block(parent.code))
         return Prompt(doc_id, skill, messages, parent.env_id, parent.code)
     positives = memory.positives(skill, cfg.designer.memory_positive, rng)
-    negatives = memory.negatives(skill, cfg.designer.memory_negative, rng)
+    negatives = memory.negatives(skill, cfg.designer.memory_negative, rng, cfg.training.steps_per_generation)
     multiturn = cfg.designer.multiturn and skill_kind(skill) == "tool"
     brief = multiturn_brief(multiturn_example(skill), rng) if multiturn else None
     messages = design_messages(
-        text, skill, cfg.designer.difficulty, positives, negatives, brief, cfg.designer.system_prompt
+        text,
+        skill,
+        cfg.designer.difficulty,
+        positives,
+        negatives,
+        brief,
+        cfg.designer.system_prompt,
+        cfg.designer.user_prompt,
     )
     return Prompt(doc_id, skill, messages)
 
@@ -134,10 +146,14 @@ def generate_rows(
     rng: random.Random,
     attempt: int,
     seed: int,
+    clock: Clock | None = None,
 ) -> pd.DataFrame:
-    """One ``designs`` row per (prompt, (design_id, group_id)) pair, from one batched model call."""
+    """One ``designs`` row per (prompt, (design_id, group_id)) pair, from one batched model call; a reply not
+    back within ``designer.attempt_deadline_s`` (or the time left on the batch's ``clock``) is stored as
+    :func:`~spade_core.designer.design.late_reply`, without code."""
     requests = [GenerationRequest(messages=p.messages, seed=rng.getrandbits(31)) for p in prompts]
-    completions = generator.generate(requests, sampling(ctx, seed))
+    seconds, what = call_deadline(ctx.cfg.designer.attempt_deadline_s, clock)
+    completions = generate_within(generator, requests, sampling(ctx, seed), seconds, what)
     rows = []
     for prompt, (design_id, group_id), completion in zip(prompts, ids, completions, strict=True):
         row = design_row(
@@ -146,7 +162,7 @@ def generate_rows(
             group_id=group_id,
             skill=prompt.skill,
             messages=prompt.messages,
-            completion=completion.text,
+            completion=late_reply(str(completion.error)) if is_late(completion) else completion.text,
             model_ref=generator.model_ref,
             parent_env_id=prompt.parent_env_id,
             parent_code=prompt.parent_code,
@@ -165,8 +181,11 @@ def generate_rows(
     return pd.DataFrame(rows)
 
 
-def design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator, memory: Memory) -> pd.DataFrame:
-    """The first attempt (``attempt`` 0) of every design prompt, G replies each; writes ``design-{k}`` shards."""
+def design(
+    ctx: GenerationContext, documents: pd.DataFrame, generator: Generator, memory: Memory, clock: Clock | None = None
+) -> pd.DataFrame:
+    """The first attempt (``attempt`` 0) of every design prompt, G replies each; writes ``design-{k}`` shards.
+    ``clock``: the batch's (``designer.batch_deadline_s``), whose time left bounds the call."""
     rng = random.Random(ctx.seed)
     group = ctx.cfg.designer.group_size
     prompts: list[Prompt] = []
@@ -178,7 +197,7 @@ def design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator
         for g in range(group):
             prompts.append(prompt)
             ids.append((design_id_for(ctx.run_id, ctx.gen, prompt.doc_id, skill, p * group + g), group_id))
-    frame = generate_rows(ctx, prompts, ids, generator, rng, attempt=0, seed=ctx.seed)
+    frame = generate_rows(ctx, prompts, ids, generator, rng, attempt=0, seed=ctx.seed, clock=clock)
     for shard in range(shard_count(len(frame), ctx.shard_size)):
         ctx.write("designs", shard_rows(frame, shard, ctx.shard_size), shard)
     return frame
@@ -186,5 +205,9 @@ def design(ctx: GenerationContext, documents: pd.DataFrame, generator: Generator
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     documents = ctx.read("documents", ["documents"]).drop(columns=["run_id", "gen"])
-    designs = design(ctx, documents, model, ctx.previous_memory())
-    return {"designs": len(designs), "shards": shard_count(len(designs), ctx.shard_size)}
+    memory = ctx.previous_memory()
+    clock = start_clock(ctx.cfg.designer.batch_deadline_s, model)
+    designs = design(ctx, documents, model, memory, clock)
+    # The batch's time so far (designer.batch_deadline_s): each validate shard has what is left of it.
+    spent = round(time.monotonic() - clock.started, 3)
+    return {"designs": len(designs), "shards": shard_count(len(designs), ctx.shard_size), "batch_seconds": spent}

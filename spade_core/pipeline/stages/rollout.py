@@ -5,7 +5,9 @@ Every no-hint play (``rollout.plays_no_hint`` [8] per environment, or ceil(G / p
 one environment are different instances; at step 0 only, ``rollout.plays_hint`` [16] hinted
 plays (never trained on) measure the regret. Shard ``j`` plays the ``j``-th block of
 ``orchestration.shard_size`` pool environments and writes ``episodes/rollout-s{k}-{j}``; every row carries
-the global step of the checkpoint that played it (``policy_step``).
+the global step of the checkpoint that played it (``policy_step``). With ``designer.top_up_at: steps`` step
+``k`` plays the pool with the top-ups of steps 1..k (:func:`~spade_core.pipeline.stages.topup.step_pool`), they
+in the last shard, and ceil(G / its size) plays each; they have no hint, so no hinted play.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from spade_core.config import SpadeConfig
 from spade_core.hashing import short_hash
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.shards import shard_rows
+from spade_core.pipeline.shards import shard_count
+from spade_core.pipeline.stages.topup import step_pool
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 NAME = "rollout"
@@ -47,11 +50,15 @@ def no_hint_plays(cfg: SpadeConfig, pool_size: int) -> int:
     return cfg.rollout.plays_no_hint if batch is None or pool_size < 1 else math.ceil(batch / pool_size)
 
 
-def plan(ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame) -> list[EpisodeSpec]:
-    """The plays of ``envs`` at this step: no-hint plays always, hinted plays at step 0 (with a hint)."""
+def plan(
+    ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, pool_size: int | None = None
+) -> list[EpisodeSpec]:
+    """The plays of ``envs`` at this step: no-hint plays always, hinted plays at step 0 (with a hint).
+    ``pool_size``: the environments this step plays (default: the pool's), for ceil(G / pool size)."""
     cfg = ctx.cfg.rollout
     hint_of = dict(zip(hints["env_id"], hints["hint"], strict=True)) if not hints.empty else {}
-    plays = no_hint_plays(ctx.cfg, len(ctx.pool())) if ctx.cfg.training.global_batch_size else cfg.plays_no_hint
+    size = len(ctx.pool()) if pool_size is None else pool_size
+    plays = no_hint_plays(ctx.cfg, size) if ctx.cfg.training.global_batch_size else cfg.plays_no_hint
     specs = []
     for e in envs.itertuples():
         specs += [
@@ -72,9 +79,11 @@ def hint_seeds(ctx: GenerationContext, env_id: str) -> list[int]:
     return [play_seed(ctx, env_id, "hint", p, step=0) for p in range(ctx.cfg.rollout.plays_hint)]
 
 
-def rollouts(ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator) -> pd.DataFrame:
+def rollouts(
+    ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator, pool_size: int | None = None
+) -> pd.DataFrame:
     """Every planned play of ``envs`` in one engine run, with the step's ``policy_step``."""
-    specs = plan(ctx, envs, hints)
+    specs = plan(ctx, envs, hints, pool_size)
     if not specs:
         return pd.DataFrame()
     frame = pd.DataFrame(RolloutEngine.from_config(ctx.cfg, generator).run(specs))
@@ -84,9 +93,24 @@ def rollouts(ctx: GenerationContext, envs: pd.DataFrame, hints: pd.DataFrame, ge
     return frame
 
 
+def step_block(pool: pd.DataFrame, first: int, shard: int, size: int) -> pd.DataFrame:
+    """Shard ``shard``'s block of the step's ``pool``, whose first ``first`` rows are the pool stage's: blocks of
+    ``size`` of those (the pool stage counted the shards), the last one also holding every row a top-up of this
+    pool's steps added.
+
+    >>> pool = pd.DataFrame({"env_id": list("abcde")})
+    >>> [list(step_block(pool, 3, s, 2)["env_id"]) for s in (0, 1)]
+    [['a', 'b'], ['c', 'd', 'e']]
+    """
+    last = shard_count(first, size) - 1
+    block = pool.iloc[shard * size : None if shard == last else (shard + 1) * size]
+    return block.reset_index(drop=True)
+
+
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     shard = ctx.shard or 0
-    block = shard_rows(ctx.pool(), shard, ctx.shard_size)
+    pool = step_pool(ctx)
+    block = step_block(pool, len(ctx.pool()), shard, ctx.shard_size)
     hints = ctx.read("hints", ["hint"], ["env_id", "hint"])
-    played = ctx.write("episodes", rollouts(ctx, block, hints, model), shard)
+    played = ctx.write("episodes", rollouts(ctx, block, hints, model, len(pool)), shard)
     return {"envs": len(block), "episodes": len(played), "policy_step": ctx.model_step}

@@ -12,6 +12,12 @@ the ``repairs`` column of its design row says which repairs changed it). With ``
 the stage's model then judges every tool-use design that passed (:mod:`spade_core.designer.llm_validator`); its
 verdict and reasoning go into the validation row, and a ``no`` makes the attempt ``unsolvable``, retried as
 any failed attempt. ``validation.reset_gate`` is off in generation 1, as the authors'.
+
+Deadlines (the authors' limits, settings; None: none): a reply past ``designer.attempt_deadline_s`` and a
+judgement past ``validation.llm_validator_deadline_s`` fail their attempt with ``error_type`` ``deadline``
+(retried as any failed attempt); a shard whose designs, with the design stage's time, run past
+``designer.batch_deadline_s`` starts no more retries and loses every design of its own (:func:`lose_batch`;
+theirs lose the whole batch of 24). A rerun shard starts its budget afresh.
 """
 
 from __future__ import annotations
@@ -24,7 +30,16 @@ import pandas as pd
 
 from spade_core.config import sampling_cut
 from spade_core.designer.corpus import sample_documents
-from spade_core.designer.design import REPAIR_MODULE, REPAIR_PARAMETERS, design_row, repair_messages
+from spade_core.designer.deadline import DEADLINE, Clock, call_deadline, generate_within, is_late, start_clock
+from spade_core.designer.design import (
+    LATE_REPLY,
+    REPAIR_MODULE,
+    REPAIR_PARAMETERS,
+    design_row,
+    is_late_reply,
+    late_reply,
+    repair_messages,
+)
 from spade_core.designer.llm_validator import judge
 from spade_core.designer.mutation import parent_codes
 from spade_core.designer.parameters import ParameterError, make_variant
@@ -56,7 +71,9 @@ def validation_rows(
     rows = []
     for i, d in designs.iterrows():
         error_type, message = "syntax_error", "no ```python block in the reply"
-        if parameters and i not in by_index:  # why the reply made no variant: the parameters mode's own class
+        if is_late_reply(d.get("completion"), d.get("completion_ids")):  # no reply by its deadline
+            error_type, message = DEADLINE, str(d["completion"]).removeprefix(LATE_REPLY)
+        elif parameters and i not in by_index:  # why the reply made no variant: the parameters mode's own class
             error_type, message = variant_failure(parents.get(str(d.get("parent_env_id"))), d, ctx)
         row = by_index.get(i) or {
             "env_id": None,
@@ -91,18 +108,26 @@ def judge_designs(ctx: GenerationContext, rows: list[dict[str, Any]], codes: lis
         seed=ctx.seed,
         **sampling_cut(ctx.cfg.model, cfg.llm_validator_top_p, cfg.llm_validator_top_k),
     )
-    for row, judgement in zip(rows, judge(generator, codes, params), strict=True):
+    for row, judgement in zip(rows, judge(generator, codes, params, cfg.llm_validator_deadline_s), strict=True):
         row["llm_verdict"], row["llm_reason"] = judgement.verdict, judgement.reason
         row["checks"] = {**row["checks"], "llm_validator": judgement.keep}
-        if not judgement.keep:
+        if judgement.verdict == DEADLINE:  # the authors' 120 s: a judgement not back rejects the design
+            row.update(ok=False, error_type=DEADLINE, message=f"llm_validator: {judgement.reason}")
+        elif not judgement.keep:
             last_line = judgement.reason.strip().splitlines()[-1][:300] if judgement.reason.strip() else ""
             row.update(ok=False, error_type="unsolvable", message=f"llm_validator: judged impossible: {last_line}")
 
 
 def _repair(
-    ctx: GenerationContext, failed: pd.DataFrame, verdicts: list[dict[str, Any]], generator: Generator, attempt: int
+    ctx: GenerationContext,
+    failed: pd.DataFrame,
+    verdicts: list[dict[str, Any]],
+    generator: Generator,
+    attempt: int,
+    clock: Clock | None = None,
 ) -> pd.DataFrame:
-    """The repaired replies of ``failed`` designs as new design rows with ``attempt``."""
+    """The repaired replies of ``failed`` designs as new design rows with ``attempt`` (each within the design
+    deadlines, as :func:`~spade_core.pipeline.stages.design.generate_rows`)."""
     params = SamplingParams.from_config(
         ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=ctx.seed + attempt, logprobs=True
     )
@@ -115,7 +140,8 @@ def _repair(
         )
         for d, v in zip(failed.itertuples(), verdicts, strict=True)
     ]
-    replies = generator.generate(requests, params)
+    seconds, what = call_deadline(ctx.cfg.designer.attempt_deadline_s, clock)
+    replies = generate_within(generator, requests, params, seconds, what)
     rows = []
     for d, reply in zip(failed.itertuples(), replies, strict=True):
         row = design_row(
@@ -124,7 +150,7 @@ def _repair(
             group_id=d.group_id,
             skill=d.skill,
             messages=json.loads(d.prompt),
-            completion=reply.text,
+            completion=late_reply(str(reply.error)) if is_late(reply) else reply.text,
             model_ref=d.model_ref,
             parent_env_id=getattr(d, "parent_env_id", None),
             parent_code=parents.get(str(getattr(d, "parent_env_id", None))) if parameters else None,
@@ -153,7 +179,7 @@ def fresh_documents(ctx: GenerationContext, count: int, shard: int, attempt: int
 
 
 def _redesign(
-    ctx: GenerationContext, failed: pd.DataFrame, generator: Generator, shard: int, attempt: int
+    ctx: GenerationContext, failed: pd.DataFrame, generator: Generator, shard: int, attempt: int, clock: Clock | None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Fresh designs of the ``failed`` designs' skills on fresh documents: (design rows, the documents)."""
     documents = fresh_documents(ctx, len(failed), shard, attempt)
@@ -165,15 +191,23 @@ def _redesign(
     ]
     ids = [(str(d.design_id), str(d.group_id)) for d in failed.itertuples()]
     seed = ctx.seed + 1000 * attempt + shard
-    return generate_rows(ctx, prompts, ids, generator, rng, attempt, seed), documents
+    return generate_rows(ctx, prompts, ids, generator, rng, attempt, seed, clock), documents
 
 
 def validate_with_retries(
-    ctx: GenerationContext, designs: pd.DataFrame, shard: int, generator: Generator | None = None
+    ctx: GenerationContext,
+    designs: pd.DataFrame,
+    shard: int,
+    generator: Generator | None = None,
+    clock: Clock | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Validate ``designs``, retry the failed ones (repairs, then fresh designs; ``shard`` seeds their
     documents) until valid or out of ``designer.max_attempts``. Returns (the retried design rows, every
-    validation row, the retries' fresh documents); writes nothing."""
+    validation row, the retries' fresh documents); writes nothing.
+
+    ``clock``: the batch's (``designer.batch_deadline_s``). No retry starts once it has passed, and when it has
+    passed by the end every design's last verdict becomes a ``deadline`` (:func:`lose_batch`): the authors
+    lose the whole batch at its limit."""
     rows = validation_rows(ctx, designs, generator)
     current = designs.reset_index(drop=True).to_dict("records")  # the newest attempt of each design
     latest = list(rows)  # the newest verdict of each design in ``current``
@@ -182,13 +216,13 @@ def validate_with_retries(
     attempts = ctx.cfg.designer.max_attempts if generator is not None else 1
     for attempt in range(1, attempts):
         failed = [i for i, r in enumerate(latest) if not r["ok"]]
-        if not failed or generator is None:
+        if not failed or generator is None or (clock is not None and clock.passed()):
             break
         todo = pd.DataFrame([current[i] for i in failed])
         if attempt <= ctx.cfg.designer.repair_rounds:
-            fixes = _repair(ctx, todo, [latest[i] for i in failed], generator, attempt)
+            fixes = _repair(ctx, todo, [latest[i] for i in failed], generator, attempt, clock)
         else:
-            fixes, docs = _redesign(ctx, todo, generator, shard, attempt)
+            fixes, docs = _redesign(ctx, todo, generator, shard, attempt, clock)
             documents.append(docs)
         verdicts = validation_rows(ctx, fixes, generator)  # only the retried designs are validated again
         retried.append(fixes)
@@ -196,27 +230,63 @@ def validate_with_retries(
         for i, fix, verdict in zip(failed, fixes.to_dict("records"), verdicts, strict=True):
             current[i] = fix
             latest[i] = verdict
+    if clock is not None and clock.passed():
+        lose_batch(rows, float(clock.seconds or 0.0))
     retries = pd.concat(retried, ignore_index=True) if retried else pd.DataFrame()
     fresh = [d for d in documents if not d.empty]
     return retries, pd.DataFrame(rows), pd.concat(fresh, ignore_index=True) if fresh else pd.DataFrame()
 
 
+def lose_batch(rows: list[dict[str, Any]], seconds: float) -> None:
+    """In place: the last verdict of every design in ``rows`` becomes a ``deadline`` (the batch ran past
+    ``designer.batch_deadline_s``), valid ones included, as the authors' batch yields nothing at its limit
+    (``spade/core/orchestrator.py:1459-1475``); the checks it passed stay on the row.
+
+    >>> rows = [{"design_id": "a", "attempt": 0, "ok": False}, {"design_id": "a", "attempt": 1, "ok": True}]
+    >>> lose_batch(rows, 900.0)
+    >>> [(r["attempt"], r["ok"], r.get("error_type")) for r in rows]
+    [(0, False, None), (1, False, 'deadline')]
+    """
+    last: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["design_id"] not in last or int(row["attempt"]) >= int(last[row["design_id"]]["attempt"]):
+            last[row["design_id"]] = row
+    for row in last.values():
+        row.update(
+            ok=False,
+            error_type=DEADLINE,
+            message=f"the design batch ran past designer.batch_deadline_s ({seconds:g} s)",
+        )
+
+
 def validate_shard(
-    ctx: GenerationContext, designs: pd.DataFrame, shard: int, generator: Generator | None = None
+    ctx: GenerationContext,
+    designs: pd.DataFrame,
+    shard: int,
+    generator: Generator | None = None,
+    clock: Clock | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`validate_with_retries` of one shard of designs; writes ``validate-{shard}`` of ``validations``,
     of ``designs`` (the retries) and of ``documents`` (the retries' fresh documents). Returns (the retried
     design rows, every validation row)."""
-    retries, rows, documents = validate_with_retries(ctx, designs, shard, generator)
+    retries, rows, documents = validate_with_retries(ctx, designs, shard, generator, clock)
     ctx.write("documents", documents, shard)
     ctx.write("designs", retries, shard)
     return retries, ctx.write("validations", rows, shard)
 
 
+def batch_left(ctx: GenerationContext) -> float | None:
+    """What the design stage left of ``designer.batch_deadline_s`` (None: no deadline): each shard's budget."""
+    seconds = ctx.cfg.designer.batch_deadline_s
+    design = ctx.upstream.get("design")
+    spent = float(design.info.get("batch_seconds", 0.0)) if design is not None else 0.0
+    return None if seconds is None else seconds - spent
+
+
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     shard = ctx.shard or 0
     designs = ctx.read_shard("designs", "design", shard)
-    retries, validations = validate_shard(ctx, designs, shard, model)
+    retries, validations = validate_shard(ctx, designs, shard, model, start_clock(batch_left(ctx), model))
     final = validations.drop_duplicates("design_id", keep="last") if not validations.empty else validations
     valid = int(final["ok"].sum()) if not final.empty else 0
     return {"valid": valid, "retried": len(retries), "failed_prompts": len(final) - valid}
