@@ -1,0 +1,359 @@
+"""Does the designer learn? The controlled test bed: G generations of ``designer-bench`` with the designer
+trained, and the same seeds with ``designer.train=false`` (the ablation), the agent frozen in both.
+
+The test bed (``data/configs/designer-bench.yaml``; docs/method.md, "Baselines and ablations"):
+
+- ``training.roles: designer``: the designer trains alone; plays, hints and judgements stay on checkpoint 0,
+  so the agent's policy is fixed although the two roles share the weights;
+- one parent family, ``data/seed_envs/difficulty/``: every design prompt (``designer.mode: parameters``) shows
+  the same parent's parameter block (``_NAMES``, ``_WORDS``), and the designer writes new values; the
+  length of ``_NAMES`` is the number of people whose boxed answers the observation lists, one of whom is
+  asked for: the difficulty, a length the 135M designer varies as it fills the list with the document's
+  words. The family is the designer's library parent for every game skill (:func:`family_as_parent`), and
+  ``memory.positive_win_rate`` in the preset admits no memory entry as a parent, so every generation mutates
+  the same parent and the difficulty a design has is the value the designer wrote;
+- ``designer.skills_per_generation: 1``: all of a generation's designs share one skill, so the per-skill
+  centring of the designer's reward runs over all of them (``designer.documents_per_generation`` >= 8);
+- per design ``rollout.plays_no_hint`` x K no-hint plays (the reward's window) and ``rollout.plays_hint``
+  hinted plays: 16 and 16 in the preset, so a design's win rate has a standard error <= 0.5 / 4 = 0.125.
+
+Before the runs the agent's win rate on the family is measured at each difficulty value (checkpoint 0, the
+preset's sampling and limits, evaluation seeds 2**32 + i) and printed, with its standard error. Then both
+arms go through the local runner (:func:`spade_core.pipeline.local.run_run`), side by side in two child
+processes of one torch thread each (as ``benchmarks/selfplay.py``; ``--serial`` runs them one after the
+other here), into one store as the runs ``designer-bench`` and ``designer-bench-ablation``. Per generation
+and arm it prints, from the store: design attempts, valid designs, rewarded designs, the mean raw blend
+(``designer_rewards.raw``) with its standard error, the share of rewarded designs whose window win rate lies
+in the plateau band [0.4, 0.6], and the distribution of the difficulty the designs chose (people shown: the
+distinct names of ``_NAMES``, capped by the distinct words of ``_WORDS``, as the environment caps them). The
+last line is
+
+    blend_last_trained=A±a blend_last_ablation=B±b band_share_trained=C band_share_ablation=D generations=G minutes=M
+
+where "last" pools the designs of the last third of the generations (at least one). ``--roles both`` runs
+the same pair through the whole loop (the agent trained too; runs ``...-loop``).
+
+    .venv/bin/python benchmarks/designer_learning.py [--generations 6] [--designs 8] [--plays 8] [--hinted 16]
+        [--curve-plays 16] [--curve-values 1,2,3,4,6,8,12] [--no-curve | --curve-only] [--roles designer|both]
+        [--store DIR] [--serial] [--set key=value ...] [--keep-checkpoints]
+
+The smallest run that goes through every path (a curve, two generations, a designer update, both arms):
+``--generations 2 --designs 2 --plays 2 --hinted 2 --curve-plays 2 --curve-values 1,4``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# benchmarks/sandbox.py is named like the `sandbox` package: drop this directory from the import path so
+# `import sandbox` finds the package when a script here is run by path.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (docs/DESIGN.md §8, "CPU threads")
+
+import argparse
+import contextlib
+import math
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from spade_core.config import GAME_SKILLS, SpadeConfig, load_config
+from spade_core.designer import mutation
+from spade_core.designer.parameters import make_variant, parameters_of
+from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
+from spade_core.llm import make_generator
+from spade_core.pipeline.local import run_run
+from spade_core.pipeline.runner import Watcher
+from spade_core.pipeline.stage import Stage
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store.artifacts import Store
+from spade_core.store.catalog import query
+from spade_core.store.markers import StageRecord
+from spade_core.store.verdicts import final_verdicts
+
+PRESET = "designer-bench"
+FAMILY_DIR = SEED_DIR / "difficulty"
+NAMES = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena"]  # the curve's
+PLATEAU = (0.4, 0.6)  # scoring.plateau: 1 on [0.4, 0.6] (docs/method.md, step 7)
+EVAL_SEED_BASE = 2**32  # play_seed() draws below 2**32: the curve's seeds are never a run's
+T0 = time.perf_counter()
+
+
+def log(message: str) -> None:
+    print(f"[{(time.perf_counter() - T0) / 60:5.1f} min] {message}", flush=True)
+
+
+def run_ids(roles: str) -> dict[str, str]:
+    suffix = "" if roles == "designer" else "-loop"
+    return {"trained": f"{PRESET}{suffix}", "ablation": f"{PRESET}-ablation{suffix}"}
+
+
+def family() -> SeedEnv:
+    """The parent of the test bed: the one environment of ``data/seed_envs/difficulty/``."""
+    (env,) = load_seed_envs(FAMILY_DIR)
+    return env
+
+
+@contextlib.contextmanager
+def family_as_parent() -> Iterator[SeedEnv]:
+    """Within the block, the family is the library parent of every game skill, in this process.
+
+    A parameter mutation takes its parent from the memory, else from the library: the starter, then the seed
+    environment of the prompt's skill (:func:`spade_core.designer.mutation.choose_parent`). No setting names
+    another library, and the family is no seed of the 12-environment library, so the test bed puts it first
+    among the starters the mutation module reads (``parent_codes`` then finds it too, for the novelty and
+    validation stages). Only the mutation module sees it; the pool's starters (``rollout.starter_envs``) and
+    the seed library are unchanged.
+    """
+    env = family()
+    own = [replace(env, skill=skill) for skill in GAME_SKILLS]
+    starters = mutation.load_starter_envs
+
+    def with_family(limit: int | None = None) -> list[SeedEnv]:
+        return own + starters(limit)
+
+    mutation.load_starter_envs = with_family  # type: ignore[attr-defined]
+    try:
+        yield env
+    finally:
+        mutation.load_starter_envs = starters  # type: ignore[attr-defined]
+
+
+def people_shown(code: str) -> int | None:
+    """The difficulty of a family variant: the people its observation lists (the distinct names, capped by
+    the distinct words, as the environment caps them); None when the code lacks either list.
+
+    >>> people_shown('_NAMES = ["Ann", "Ben", "Ann"]\\n_WORDS = ["a", "b", "c"]\\n')
+    2
+    """
+    params = parameters_of(code)
+    lists = [params.get("_NAMES"), params.get("_WORDS")]
+    if not all(isinstance(v, list) for v in lists):
+        return None
+    return min(len({str(v) for v in items}) for items in lists)
+
+
+def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeConfig:
+    overrides = [
+        f"store.root={root}",
+        f"designer.train={str(arm == 'trained').lower()}",
+        f"training.roles={roles}",
+        f"designer.documents_per_generation={args.designs}",
+        f"rollout.plays_no_hint={args.plays}",
+        f"rollout.plays_hint={args.hinted}",
+        *args.set,
+    ]
+    return load_config(PRESET, None, overrides)
+
+
+def measure_curve(cfg: SpadeConfig, values: list[int], plays: int) -> pd.DataFrame:
+    """The agent's no-hint win rate on the family at each difficulty value: checkpoint 0, the preset's
+    sampling and limits, ``plays`` evaluation seeds per value."""
+    env = family()
+    codes = {v: make_variant(env.code, f"_NAMES = {NAMES[:v]!r}") for v in values}
+    specs = [EpisodeSpec(f"people={v}", code, EVAL_SEED_BASE + i) for v, code in codes.items() for i in range(plays)]
+    generator = make_generator(cfg.model)
+    try:
+        rows = RolloutEngine.from_config(cfg, generator).run(specs)
+    finally:
+        generator.close()
+    frame = pd.DataFrame({"value": [int(s.env_id.split("=")[1]) for s in specs]})
+    frame["win"] = [float(r["episode_return"] >= 1.0 and r["error_type"] is None) for r in rows]
+    curve = frame.groupby("value")["win"].agg(plays="count", win_rate="mean").reset_index()
+    curve["se"] = [math.sqrt(p * (1 - p) / n) for p, n in zip(curve["win_rate"], curve["plays"], strict=True)]
+    return curve
+
+
+class Logged(Watcher):
+    """One line per finished stage, with its wall time here (the local runner prints nothing itself)."""
+
+    def __init__(self) -> None:
+        self.started: dict[tuple[str, str], float] = {}
+
+    def start(self, stage: Stage) -> None:
+        self.started[(threading.current_thread().name, stage.name)] = time.perf_counter()
+
+    def finish(self, record: StageRecord) -> None:
+        began = self.started.pop((threading.current_thread().name, record.stage), time.perf_counter())
+        log(f"  gen {record.gen} {record.stage:<12} {record.status:<6} {time.perf_counter() - began:6.1f} s")
+
+
+def run_arm(root: str, arm: str, args: argparse.Namespace) -> None:
+    """One arm's generations through the local runner, in this process."""
+    cfg = config(root, arm, args.roles, args)
+    run_id = run_ids(args.roles)[arm]
+    log(f"{run_id}: designer.train={cfg.designer.train}, training.roles={cfg.training.roles}, {cfg.config_hash()}")
+    with family_as_parent():
+        run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, args.generations + 1)), watch=Logged())
+    log(f"{run_id}: done")
+
+
+def side_by_side(root: str, args: argparse.Namespace) -> None:
+    """Each arm in a child process of this script (``--only ARM``, one torch thread), logging to
+    ``ROOT/RUN_ID.log``; an arm that fails is an error naming its log."""
+    children = {}
+    for arm, run_id in run_ids(args.roles).items():
+        path = os.path.join(root, f"{run_id}.log")
+        command = [sys.executable, os.path.abspath(__file__), "--only", arm, "--store", root, "--no-curve"]
+        command += ["--generations", str(args.generations), "--designs", str(args.designs), "--roles", args.roles]
+        command += ["--plays", str(args.plays), "--hinted", str(args.hinted), "--set", "model.threads=1"]
+        command += [x for item in args.set for x in ("--set", item)]
+        with open(path, "w") as out:
+            children[arm] = (subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT), path)
+        log(f"{run_id}: started (pid {children[arm][0].pid}, log {path})")
+    for arm, (child, path) in children.items():
+        if child.wait() != 0:
+            raise SystemExit(f"error: the {arm} run exited with {child.returncode}; see {path}")
+
+
+def generation_designs(store: Store, run_id: str, gen: int) -> pd.DataFrame:
+    """The rewarded designs of one generation: raw blend, window win rate and difficulty."""
+    rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
+    if rewards.empty:
+        return pd.DataFrame(columns=["design_id", "raw", "window_win_rate", "people"])
+    pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id", "code"])
+    people = {e: people_shown(c) for e, c in zip(pool["env_id"], pool["code"], strict=True)}
+    frame = rewards[["design_id", "env_id", "raw", "window_win_rate"]].copy()
+    frame["people"] = frame["env_id"].map(people)
+    return frame
+
+
+def mean_se(values: pd.Series) -> tuple[float, float]:
+    """Mean and standard error (NaN for fewer than two values' error, and for none at all)."""
+    values = values.dropna().astype(float)
+    if values.empty:
+        return math.nan, math.nan
+    se = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan
+    return float(values.mean()), se
+
+
+def band_share(frame: pd.DataFrame) -> float:
+    rates = frame["window_win_rate"].dropna()
+    return float(rates.between(*PLATEAU).mean()) if len(rates) else math.nan
+
+
+def arm_rows(root: str, run_id: str, generations: int) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
+    store = Store(root)
+    rows, frames = [], []
+    for gen in range(1, generations + 1):
+        attempts = query(store, "select count(*) as n from validations where run_id = ? and gen = ?", [run_id, gen])
+        verdicts = final_verdicts(store, run_id, gen)
+        designs = generation_designs(store, run_id, gen)
+        blend, se = mean_se(designs["raw"])
+        counts = Counter(int(p) for p in designs["people"].dropna())
+        rows.append(
+            {
+                "gen": gen,
+                "attempts": int(attempts.n[0]),
+                "valid": int(verdicts["ok"].sum()) if not verdicts.empty else 0,
+                "rewarded": len(designs),
+                "blend": blend,
+                "se": se,
+                "band": band_share(designs),
+                "people": " ".join(f"{k}:{counts[k]}" for k in sorted(counts)) or "-",
+            }
+        )
+        frames.append(designs)
+    return rows, frames
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| gen | attempts | valid | rewarded | mean raw blend ± SE | share in [0.4, 0.6] | people shown (value:designs)"
+        " |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['gen']} | {r['attempts']} | {r['valid']} | {r['rewarded']} | {fmt(r['blend'])} ± {fmt(r['se'])} "
+            f"| {fmt(r['band'], 2)} | {r['people']} |"
+        )
+    return "\n".join(lines)
+
+
+def drop_checkpoints(store: Store, run_id: str) -> None:
+    """Delete a run's checkpoints (weights and optimizer state: 1.6 GB per trained step in this preset)."""
+    path = os.path.dirname(store.checkpoint_dir(run_id, 1))
+    if store.exists(path):
+        store.remove_dir(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--generations", "-g", type=int, default=6, help="G: generations per arm (default 6).")
+    parser.add_argument("--designs", type=int, default=8, help="designer.documents_per_generation (default 8).")
+    parser.add_argument("--plays", type=int, default=8, help="rollout.plays_no_hint per step (default 8; x K=2).")
+    parser.add_argument("--hinted", type=int, default=16, help="rollout.plays_hint (default 16).")
+    parser.add_argument("--curve-plays", type=int, default=16, help="Plays per difficulty value for the curve.")
+    parser.add_argument("--curve-values", default="1,2,3,4,6,8,12", help="Difficulty values the curve measures.")
+    parser.add_argument("--no-curve", action="store_true", help="Skip the curve (the arms' child processes do).")
+    parser.add_argument("--curve-only", action="store_true", help="Measure the curve, then stop.")
+    parser.add_argument("--roles", choices=["designer", "both"], default="designer", help="training.roles.")
+    parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
+    parser.add_argument("--only", choices=["trained", "ablation"], default=None, help="Run only one arm, here.")
+    parser.add_argument("--serial", action="store_true", help="Run the arms here, one after the other.")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="Extra config override.")
+    parser.add_argument("--keep-checkpoints", action="store_true", help="Keep the runs' checkpoints.")
+    args = parser.parse_args()
+    if args.generations < 1 or args.designs < 1:
+        parser.error("--generations and --designs must be >= 1")
+    root = args.store or tempfile.mkdtemp(prefix="spade-designer-learning-")
+    os.makedirs(root, exist_ok=True)
+    load = os.getloadavg()[0]
+    ids = run_ids(args.roles)
+    log(f"store {root}; {args.generations} generations per arm; load average {load:.2f}")
+    if not args.no_curve:
+        cfg = config(root, "ablation", args.roles, args)
+        values = [int(v) for v in args.curve_values.split(",")]
+        curve = measure_curve(cfg, values, args.curve_plays)
+        print("\nthe agent's win rate on the family (checkpoint 0, no hint) by people shown:")
+        print("| people shown | plays | win rate ± SE |\n|---|---|---|")
+        for r in curve.itertuples():
+            print(f"| {r.value} | {r.plays} | {r.win_rate:.3f} ± {r.se:.3f} |")
+        log("curve measured")
+        if args.curve_only:
+            return 0
+    if args.only:
+        run_arm(root, args.only, args)
+        return 0
+    if args.serial:
+        for arm in ids:
+            run_arm(root, arm, args)
+    else:
+        side_by_side(root, args)
+    last = max(1, args.generations // 3)
+    summary = {}
+    for arm, run_id in ids.items():
+        rows, frames = arm_rows(root, run_id, args.generations)
+        pooled = pd.concat(frames[-last:], ignore_index=True)
+        summary[arm] = (*mean_se(pooled["raw"]), band_share(pooled))
+        print(
+            f"\n{run_id} (designer.train={arm == 'trained'}, training.roles={args.roles}):\n{table(rows)}", flush=True
+        )
+        if not args.keep_checkpoints:
+            drop_checkpoints(Store(root), run_id)
+    (a, sa, c), (b, sb, d) = summary["trained"], summary["ablation"]
+    log(f"report: spade report {ids['trained']} --baseline {ids['ablation']} --store {root}")
+    minutes = (time.perf_counter() - T0) / 60
+    print(
+        f"blend_last_trained={fmt(a)}±{fmt(sa)} blend_last_ablation={fmt(b)}±{fmt(sb)} "
+        f"band_share_trained={fmt(c, 2)} band_share_ablation={fmt(d, 2)} generations={args.generations} "
+        f"minutes={minutes:.1f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

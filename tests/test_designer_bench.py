@@ -1,0 +1,83 @@
+"""The designer's test bed: its parent family passes the validator in the jail at every difficulty, the
+preset holds the sizes the benchmark states, and the benchmark's seam makes the family every game skill's
+parent for as long as it is open (benchmarks/designer_learning.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from spade_core.config import GAME_SKILLS, MemoryConfig, ValidationConfig, load_config
+from spade_core.designer import mutation
+from spade_core.designer.memory import Memory, MemoryEntry
+from spade_core.designer.parameters import make_variant, parameter_block
+from spade_core.envs.seeds import SEED_DIR, load_seed_envs
+from spade_core.envs.validate import validate_code
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "designer_learning.py"
+(FAMILY,) = load_seed_envs(SEED_DIR / "difficulty")
+NAMES = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena"]
+
+
+def _bench():  # type: ignore[no-untyped-def]
+    """The benchmark script as a module (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location("designer_learning", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("people", [1, 2, 8, 12])
+def test_the_family_passes_the_validator_at_every_length(people: int) -> None:
+    code = make_variant(FAMILY.code, f"_NAMES = {NAMES[:people]!r}")
+    result = validate_code(code, ValidationConfig(), seeds=(0, 1, 2, 3))
+    assert result.ok, result.message
+
+
+def test_the_family_shows_its_difficulty_as_a_parameter_the_designer_writes() -> None:
+    block = parameter_block(FAMILY.code)
+    assert block.startswith("_NAMES = [") and "_WORDS = [" in block
+    assert FAMILY.skill == "logical_deduction" and FAMILY.kind == "game"
+    assert FAMILY.env_id not in {e.env_id for e in load_seed_envs()}  # not part of the seed library
+
+
+def test_the_preset_has_the_sizes_the_test_bed_needs() -> None:
+    cfg = load_config("designer-bench")
+    assert cfg.training.roles == "designer" and cfg.designer.train
+    assert cfg.designer.mode == "parameters" and cfg.designer.skills_per_generation == 1
+    assert cfg.designer.documents_per_generation >= 8  # the centring group of one skill
+    window = cfg.rollout.plays_no_hint * cfg.training.steps_per_generation
+    assert 0.5 / math.sqrt(window) <= 0.15 and 0.5 / math.sqrt(cfg.rollout.plays_hint) <= 0.15
+    assert cfg.training.learning_rate == 5e-5  # benchmarks/learning.py's rate for the agent
+    assert cfg.rollout.starter_envs == 0 and cfg.rollout.replay_envs == 0
+
+
+def test_the_family_is_every_game_skills_parent_inside_the_seam_only() -> None:
+    bench = _bench()
+    cfg = load_config("designer-bench")
+    memory = Memory(cfg.memory)
+    # an in-band played design of the family: the preset's band admits no memory entry as a parent
+    variant = make_variant(FAMILY.code, "_NAMES = ['Ann']")
+    memory.add(MemoryEntry("e" * 16, "logical_deduction", "game", variant, 0.5, 0.3, 1))
+    with bench.family_as_parent() as env:
+        for skill in GAME_SKILLS:
+            parent = mutation.choose_parent(memory, skill, random.Random(0), parameters=True)
+            assert (parent.env_id, parent.code) == (env.env_id, env.code)
+        assert mutation.parent_codes(memory)[env.env_id] == env.code
+    outside = mutation.choose_parent(Memory(MemoryConfig()), "optimization", random.Random(0), parameters=True)
+    assert outside.env_id != FAMILY.env_id and FAMILY.env_id not in mutation.parent_codes(Memory(MemoryConfig()))
+
+
+def test_people_shown_is_the_distinct_names_capped_by_the_words() -> None:
+    bench = _bench()
+    assert bench.people_shown(FAMILY.code) == 2
+    assert bench.people_shown(make_variant(FAMILY.code, "_NAMES = ['A', 'B', 'A', 'C']")) == 3
+    assert bench.people_shown(make_variant(FAMILY.code, f"_NAMES = {NAMES!r}\n_WORDS = ['x', 'y']")) == 2
+    assert bench.people_shown("_SIZE = 3\n") is None
