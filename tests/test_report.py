@@ -550,9 +550,11 @@ def test_designer_reward_is_the_trained_one_per_generation(rendered: tuple[Path,
     _, page, _ = rendered
     section = _section(page, "designer-reward")
     # gen 1, the reward stage's rows: 3 valid designs, raw -0.1, 0.5, 0.9 (mean 0.433, sample std 0.503, range
-    # -0.1 - 0.9); 2 kept (d0 dropped), trained rewards -0.2 and +0.2 (mean 0, std 0.283), trained at step 2
+    # -0.1 - 0.9; standard error 0.503 / sqrt(3) = 0.291); 2 kept (d0 dropped), trained rewards -0.2 and +0.2
+    # (mean 0, std 0.283), trained at step 2
     assert re.search(
-        r"<td[^>]*>1</td><td[^>]*>3</td><td[^>]*>0\.433</td><td[^>]*>0\.503</td><td[^>]*>-0\.100</td>"
+        r"<td[^>]*>1</td><td[^>]*>3</td><td[^>]*>0\.433</td><td[^>]*>0\.503</td><td[^>]*>0\.291</td>"
+        r"<td[^>]*>-0\.100</td>"
         r"<td[^>]*>0\.900</td><td[^>]*>2</td><td[^>]*>\+0\.000</td><td[^>]*>0\.283</td><td[^>]*>2</td>",
         section,
     ), section
@@ -793,8 +795,8 @@ def test_a_generation_without_its_reward_stage_shows_no_value(tmp_path: Path) ->
     assert (table.loc[4, "designs"], table.loc[4, "trained"]) == (0, 0) and pd.isna(table.loc[4, "raw_mean"])
     section = _section(write_report(store, "spade-1", out_dir=tmp_path / "out").read_text(), "designer-reward")
     rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", section)[1:]]
-    assert rows[2] == ["3"] + ["–"] * 9
-    assert rows[3][:3] == ["4", "0", "–"] and rows[3][6] == "0"
+    assert rows[2] == ["3"] + ["–"] * 10
+    assert rows[3][:3] == ["4", "0", "–"] and rows[3][7] == "0"  # designs kept, after the SE
 
 
 def test_the_generation_summary_reads_the_trained_designer_reward(tmp_path: Path) -> None:
@@ -821,3 +823,62 @@ def test_the_generation_summary_reads_the_trained_designer_reward(tmp_path: Path
     rewarded = sorted(pair for pair in designed if pair != (None, None))
     assert rewarded[0] == (-0.1, None)  # dropped: not trained
     assert rewarded[1:] == [pytest.approx((0.5, -0.2)), pytest.approx((0.9, 0.2))]
+
+
+def _parameter_run(store: Store, run_id: str, people: dict[int, list[int]], overrides: list[str]) -> None:
+    """A ``designer.mode: parameters`` run: per generation one rewarded design per entry of ``people[gen]``,
+    a variant of the test bed's family listing that many people, with raw blend 0.1 x people."""
+    _config(store, run_id, ["designer.mode=parameters", *overrides])
+    names = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn"]
+    for gen, counts in people.items():
+        pool, rewards = [], []
+        for i, n in enumerate(counts):
+            code = f"_NAMES = {names[:n]!r}\n_WORDS = {list('abcdef')!r}\n_SEEN = True\nclass E{i}:\n    pass\n"
+            design_id = f"{run_id}-g{gen}-d{i}"
+            pool.append((_env_id(code), design_id, "logical_deduction", "game", code, "design"))
+            rewards.append(
+                {"design_id": design_id, "env_id": _env_id(code), "skill": "logical_deduction", "window_win_rate": 0.5}
+                | {"regret": 0.0, "raw": 0.1 * n, "dropped": False, "scale": 1.0, "centred": 0.0, "reward": 0.0}
+                | {"train_step": gen * K}
+            )
+        _pool_and_plays(store, run_id, gen, pool)
+        store.write_table("designer_rewards", pd.DataFrame(rewards), run_id=run_id, gen=gen, stage="reward")
+
+
+def test_the_designer_curve_has_standard_errors_and_the_chosen_difficulty(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    _parameter_run(store, "bench", {1: [4, 4, 2], 2: [2, 1, 1, 2]}, [])
+    _parameter_run(store, "bench-ablation", {1: [4, 4, 2], 2: [4, 3]}, ["designer.train=false"])
+    data = load_run(store, "bench", baseline="bench-ablation")
+    curve = data.designer_reward.set_index("gen")
+    # gen 2: raw 0.2, 0.1, 0.1, 0.2: std 0.0577, SE = std / sqrt(4)
+    assert curve.loc[2, "raw_se"] == pytest.approx(0.0577350 / 2, rel=1e-4)
+    chosen = data.chosen_parameters
+    names = chosen[chosen["parameter"] == "len(_NAMES)"].set_index(["run_id", "gen"])
+    assert names.loc[("bench", 2), "values"] == "1:2 2:2" and names.loc[("bench", 2), "mean"] == 1.5
+    assert names.loc[("bench-ablation", 2), "values"] == "3:1 4:1" and names.loc[("bench-ablation", 1), "designs"] == 3
+    assert set(chosen["parameter"]) == {"len(_NAMES)", "len(_WORDS)"}  # a bool is no number
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["bench", "--store", store.base, "--baseline", "bench-ablation", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "index.html").read_text()
+    rows = [
+        re.findall(r"<td[^>]*>([^<]*)</td>", r)
+        for r in re.findall(r"<tr>(.*?)</tr>", _section(page, "designer-reward"))
+    ]
+    assert rows[2][:5] == ["2", "4", "0.150", "0.058", "0.029"]  # gen, designs, mean, std, std / sqrt(designs)
+    section = _section(page, "chosen-parameters")
+    assert "len(_NAMES)" in section and "1:2 2:2" in section and "3:1 4:1" in section
+    orange = (255, 127, 14)  # the baseline's values beside the run's
+    assert orange in _colours(out / "chosen_parameters.png")
+    alone = tmp_path / "alone"
+    write_report(store, "bench-ablation", out_dir=alone)  # the ablation alone shows its own choices
+    assert "len(_NAMES)" in _section((alone / "index.html").read_text(), "chosen-parameters")
+
+
+def test_a_run_that_writes_whole_modules_has_no_chosen_parameters(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False, baseline=None)
+    data = load_run(store, "spade-1")
+    assert data.chosen_parameters.empty
+    assert "chosen-parameters" not in write_report(store, "spade-1", out_dir=tmp_path / "out").read_text()

@@ -1,9 +1,10 @@
 """``spade report``: one self-contained HTML page per run (docs/DESIGN.md §9).
 
 Per generation: the validation funnel, win-rate and regret distributions, the designer reward the designer
-is trained on (``designer_rewards``: the mean raw value — the designer's curve, beside a baseline run's — and
-the trained reward); per global step: the learning curve (no-hint win rate per skill and pool source, with
-generation boundaries); training loss and reward per role, the stage timeline (how far generation g+1's
+is trained on (``designer_rewards``: the mean raw value with its standard error — the designer's curve, beside a
+baseline run's — and the trained reward; with ``designer.mode: parameters`` the numbers the designs chose, such
+as the test bed's difficulty); per global step: the learning curve (no-hint win rate per skill and pool source,
+with generation boundaries); training loss and reward per role, the stage timeline (how far generation g+1's
 design chain overlapped generation g's training), eval scores against the base model and a baseline run
 (a fixed-environment run, or any run given with ``--baseline``; compared at the same training step, gen ·
 K, so runs with different K meet), for runs on RLVE's environments the difficulty controller per
@@ -59,6 +60,9 @@ def figures(data: RunData) -> dict[str, bytes | None]:
         ),
         "evals": plots.evals(data.evals, data.run_id, data.baseline.run_id if data.baseline else None, data.eval_steps),
         "difficulty": plots.difficulty(data.difficulty),
+        "chosen_parameters": plots.chosen_parameters(
+            data.chosen_parameters, data.run_id, data.baseline.run_id if data.baseline else None
+        ),
     }
 
 

@@ -16,7 +16,8 @@ Definitions (docs/DESIGN.md §7):
 - **designer reward**: the reward stage's rows (``designer_rewards``, one per valid design, written after the
   generation's last step, over its whole window of K steps), the reward the designer is trained on. Per
   generation: the mean (std, min, max) of ``raw``, the variant's value (``scoring.designer_reward``), over
-  every rewarded design — the designer's curve; and the mean (std) of ``reward``, the advantage trained on
+  every rewarded design — the designer's curve, with its standard error std / √designs; and the mean (std) of
+  ``reward``, the advantage trained on
   (``raw`` centred per skill over the kept designs, scaled; so its mean is 0), over the designs kept
   (``raw`` ≥ 0). Invalid designs, replayed and fixed-pool environments are never rewarded. A generation
   whose reward stage has not run has no value (missing, never 0); one whose reward stage ran and
@@ -50,6 +51,7 @@ import yaml
 
 from sandbox.outcome import ENV_ERROR_TYPES
 from spade_core.envs.rlve_pool import controller, difficulty_history
+from spade_core.report.chosen import CHOSEN_COLUMNS, load_chosen
 from spade_core.report.timeline import stage_timeline
 from spade_core.store.artifacts import Store, StoreError
 from spade_core.store.catalog import connect
@@ -107,6 +109,7 @@ DESIGNER_REWARD_COLUMNS = [
     "designs",
     "raw_mean",
     "raw_std",
+    "raw_se",
     "raw_min",
     "raw_max",
     "trained",
@@ -236,6 +239,9 @@ class RunData:
     # RLVE fixed pools (designer.fixed_pool: rlve:...) of the run and the baseline: per generation and
     # environment, the difficulty played and the controller's window (DIFFICULTY_COLUMNS; empty: none)
     difficulty: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DIFFICULTY_COLUMNS))
+    # designer.mode parameters: the numbers the rewarded designs of the run and the baseline chose, per
+    # generation (spade_core.report.chosen.CHOSEN_COLUMNS; empty: no such run)
+    chosen_parameters: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHOSEN_COLUMNS))
 
     @property
     def eval_steps(self) -> tuple[int, int]:
@@ -401,6 +407,7 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             baseline_candidates=others,
             baseline_designer_reward=designer_reward_table(theirs, [], set()),
             difficulty=difficulty_table(store, [r for r, _ in compared], [k for _, k in compared]),
+            chosen_parameters=load_chosen(con, {run_id: config} | ({chosen.run_id: chosen.config} if chosen else {})),
         )
     finally:
         con.close()
@@ -423,6 +430,7 @@ def designer_reward_table(rows: pd.DataFrame, generations: list[int], rewarded: 
     rows = rows.reindex(columns=DESIGNER_REWARD_COLUMNS)
     if rows.empty and not rewarded:
         return pd.DataFrame(columns=DESIGNER_REWARD_COLUMNS)
+    rows["raw_se"] = rows["raw_std"] / rows["designs"].astype(float) ** 0.5  # NaN for a single design
     gens = sorted({int(g) for g in rows["gen"]} | set(generations) | set(rewarded))
     table = pd.DataFrame({"gen": gens}).merge(rows.astype({"gen": int}), on="gen", how="left")
     empty = table["gen"].isin(sorted(rewarded)) & table["designs"].isna()

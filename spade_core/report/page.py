@@ -207,7 +207,8 @@ def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
         '<p class="note">What the designer is trained on: the reward stage\'s rows (<code>designer_rewards</code>), '
         "one per valid design, written after the generation's last step over its whole window of K steps. "
         f"{esc(raw)} = the value of the variant (scoring.designer_reward = {esc(variant or 'unknown')}) for each "
-        "design: its mean per generation is the designer's curve. A design whose raw value is &lt; 0 is dropped "
+        "design: its mean per generation is the designer's curve (bars: ± its standard error, std / √designs). "
+        "A design whose raw value is &lt; 0 is dropped "
         "(blend, solve_rate); the trained reward of the others is their raw value centred on their skill's mean "
         "and scaled: the advantage the designer sample is trained with (so its mean is 0 by construction; its "
         "spread is what moves the designer), in the batch of the global step shown. Invalid designs, replayed "
@@ -225,6 +226,7 @@ def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
         ("designs", "designs rewarded", integer),
         ("raw_mean", f"{raw} (mean)", num()),
         ("raw_std", "std", num()),
+        ("raw_se", "SE", num()),
         ("raw_min", "min", num()),
         ("raw_max", "max", num()),
         ("trained", "designs kept", integer),
@@ -247,6 +249,30 @@ def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
         image("designer_reward", figures.get("designer_reward"), "designer reward per generation"),
         body,
     )
+
+
+def _chosen_parameters(data: RunData, figures: Mapping[str, bytes | None]) -> str:
+    """The numbers a parameter-mutation designer chose (designer.mode: parameters): shown only for such runs."""
+    if data.chosen_parameters.empty:
+        return ""
+    note = (
+        '<p class="note">Per generation, the numbers of the rewarded designs\' parameters (designer.mode: '
+        "parameters): an integer parameter's value, a list's length (len(NAME)). Where the parent's difficulty "
+        "is such a number (the designer test bed's len(_NAMES): the people the observation lists), this is the "
+        "difficulty the designer chose. values: value:designs.</p>"
+    )
+    columns: list[Column] = [
+        ("run_id", "run", text),
+        ("parameter", "number", text),
+        ("gen", "gen", integer),
+        ("designs", "designs", integer),
+        ("mean", "mean", num(2)),
+        ("se", "SE", num(2)),
+        ("values", "values", text),
+    ]
+    figure = image("chosen_parameters", figures.get("chosen_parameters"), "numbers the designs chose")
+    body = table(data.chosen_parameters, columns, ("run_id", "parameter", "values"))
+    return _section("chosen-parameters", "Chosen parameters", note, figure, body)
 
 
 def _learning_curve(data: RunData, figures: Mapping[str, bytes | None]) -> str:
@@ -425,6 +451,7 @@ def render(data: RunData, figures: Mapping[str, bytes | None], generated: dt.dat
         _funnel(data, figures),
         _scores(figures),
         _designer_reward(data, figures),
+        _chosen_parameters(data, figures),
         _learning_curve(data, figures),
         _difficulty(data, figures),
         _training(data, figures),

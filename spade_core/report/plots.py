@@ -120,8 +120,8 @@ def designer_reward(
     """The designer's reward per generation, of the run and of a baseline run (``designer_rewards``, as
     :func:`~spade_core.report.data.designer_reward_table` frames).
 
-    Left, the designer's curve: the mean raw value with a ± one-standard-deviation bar (the run's range, min
-    to max, as a light band), the baseline run's beside it. Right, the trained reward (the advantage: centred
+    Left, the designer's curve: the mean raw value with a ± one-standard-error bar (std / √designs; the run's
+    range, min to max, as a light band), the baseline run's beside it. Right, the trained reward (the advantage: centred
     per skill, scaled) as mean ± std, of both. Generations without a value are not drawn; None when neither
     run has one.
     """
@@ -140,18 +140,18 @@ def designer_reward(
             if name == named[0][0]:
                 low, high = rows["raw_min"].to_numpy(dtype=float), rows["raw_max"].to_numpy(dtype=float)
                 raw_ax.vlines(x, low, high, color=colour, alpha=0.2, linewidth=10, label=f"{name}: min – max")
-            for ax, column in ((raw_ax, "raw"), (trained_ax, "trained")):
+            for ax, column, spread in ((raw_ax, "raw", "se"), (trained_ax, "trained", "std")):
                 mean = rows[f"{column}_mean"].to_numpy(dtype=float)
-                std = np.nan_to_num(rows[f"{column}_std"].to_numpy(dtype=float))
+                bar = np.nan_to_num(rows[f"{column}_{spread}"].to_numpy(dtype=float))
                 ax.errorbar(
                     x,
                     mean,
-                    yerr=std,
+                    yerr=bar,
                     marker=marker,
                     linestyle=style,
                     capsize=4,
                     color=colour,
-                    label=f"{name}: mean ± std",
+                    label=f"{name}: mean ± {'SE' if spread == 'se' else 'std'}",
                 )
         for ax in (raw_ax, trained_ax):
             _gen_axis(ax, gens)
@@ -414,4 +414,46 @@ def difficulty(frame: pd.DataFrame) -> bytes | None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_title(f"RLVE difficulty: {run_id} (line: window top; dots: played)")
             ax.legend(fontsize=6, ncols=4, loc="upper left")
+    return out[0]
+
+
+def chosen_parameters(frame: pd.DataFrame, run_id: str = "", baseline_id: str | None = None) -> bytes | None:
+    """The integer parameters a parameter-mutation designer chose per generation (``CHOSEN_COLUMNS`` of
+    :mod:`spade_core.report.chosen`): one panel per parameter (the first four by name), the run's mean ± its
+    standard error and the baseline run's beside it, each value chosen drawn as a dot whose area grows with
+    the designs that chose it. None when the frame is empty."""
+    if frame.empty:
+        return None
+    parameters = sorted(set(frame["parameter"]))[:4]
+    styles = [(run_id, run_id or "run", "tab:blue", "o", "-")]
+    if baseline_id:
+        styles.append((baseline_id, f"baseline {baseline_id}", "tab:orange", "s", "--"))
+    gens = sorted({int(g) for g in frame["gen"]})
+    with _figure(width=max(4.5, 4.5 * len(parameters)), height=3.4) as (fig, out):
+        for ax, parameter in zip(fig.subplots(1, len(parameters), squeeze=False)[0], parameters, strict=True):
+            for i, (run, name, colour, marker, style) in enumerate(styles):
+                rows = frame[(frame["run_id"] == run) & (frame["parameter"] == parameter)].sort_values("gen")
+                if rows.empty:
+                    continue
+                x = rows["gen"].to_numpy(dtype=float) + 0.08 * i
+                for xi, values in zip(x, rows["values"], strict=True):
+                    pairs = [item.split(":") for item in str(values).split()]
+                    ys = [float(v) for v, _ in pairs]
+                    ax.scatter([xi] * len(ys), ys, s=[15.0 * int(n) for _, n in pairs], color=colour, alpha=0.3)
+                se = np.nan_to_num(rows["se"].to_numpy(dtype=float))
+                ax.errorbar(
+                    x,
+                    rows["mean"].to_numpy(dtype=float),
+                    yerr=se,
+                    marker=marker,
+                    linestyle=style,
+                    capsize=4,
+                    color=colour,
+                    label=f"{name}: mean ± SE",
+                )
+            _gen_axis(ax, gens)
+            ax.set_xlim(min(gens) - 0.6, max(gens) + 0.6)
+            ax.set_ylabel(parameter)
+            ax.set_title(f"{parameter} the designs chose")
+            ax.legend(fontsize=7)
     return out[0]
