@@ -77,7 +77,7 @@ def test_the_family_is_every_game_skills_parent_inside_the_seam_only() -> None:
 
 def test_people_shown_is_the_distinct_names_capped_by_the_words() -> None:
     bench = _bench()
-    assert bench.people_shown(FAMILY.code) == 2
+    assert bench.people_shown(FAMILY.code) == 4
     assert bench.people_shown(make_variant(FAMILY.code, "_NAMES = ['A', 'B', 'A', 'C']")) == 3
     assert bench.people_shown(make_variant(FAMILY.code, f"_NAMES = {NAMES!r}\n_WORDS = ['x', 'y']")) == 2
     assert bench.people_shown("_SIZE = 3\n") is None

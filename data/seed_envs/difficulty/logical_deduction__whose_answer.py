@@ -23,7 +23,7 @@ import random
 
 from spade_env import parse_boxed
 
-_NAMES = ["Ann", "Ben"]
+_NAMES = ["Ann", "Ben", "Cleo", "Dan"]
 _WORDS = ["falcon", "copper", "meadow", "violin", "lantern", "pepper", "harbor", "canyon", "walnut", "orchid"]
 
 
