@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -712,7 +712,7 @@ class TrainingConfig(_Section):
 
 
 SuiteName = Literal[
-    "reasoning_gym", "reasoning_gym_hard", "humaneval", "bfcl", "bfcl_multi_turn", "tau2"
+    "reasoning_gym", "reasoning_gym_hard", "humaneval", "bfcl", "bfcl_multi_turn", "bfcl_full", "tau2"
 ]  # the registry of spade_core/eval/
 
 
@@ -724,6 +724,11 @@ class EvaluationConfig(_Section):
     every: int = Field(0, ge=0, description="Evaluate every k generations (0 = never).")
     suites: list[SuiteName] = Field(default_factory=_default_suites, description="Suites to run (spade_core/eval/).")
     limit: int = Field(50, ge=1, description="Items per suite.")
+    suite_limits: dict[SuiteName, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict,
+        description="Items per suite for the suites named, in place of limit (bfcl_full: 4441 = every entry "
+        "once, the paper's count).",
+    )
     seed: int = Field(1234, ge=0, le=SEED_LIMIT, description="Held-out item selection seed.")
     max_new_tokens: int | None = Field(
         None,

@@ -39,7 +39,7 @@ def test_the_multi_turn_suite_is_registered_with_the_paper_categories() -> None:
     ids = [i.item_id for i in BFCLMultiTurnSuite().items(8, 0)]
     assert [i.split("/")[1] for i in ids] == [c for c in MULTI_TURN_CATEGORIES for _ in range(2)]
     assert all(i.suite == "bfcl_multi_turn" for i in BFCLMultiTurnSuite().items(4, 0))
-    assert "bfcl_multi_turn" in load_config("paper-tool-use").evaluation.suites
+    assert "bfcl_full" in load_config("paper-tool-use").evaluation.suites  # it holds the multi-turn sets
 
 
 @pytest.mark.parametrize("category", NEW)

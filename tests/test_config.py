@@ -247,8 +247,9 @@ PAPER_TOOL_USE = {
     "training.beta": 0.005,
     "rollout.hint_max_new_tokens": 2048,
     "evaluation.every": 4,  # --eval-interval 32 rollout steps = 4 generations of K = 8
-    # theirs: AIME avg32 (not offline) and BFCL with its multi-turn base / miss_func / miss_param / long_context
-    "evaluation.suites": ["reasoning_gym", "bfcl", "bfcl_multi_turn"],
+    # theirs: AIME avg32 (not offline) and BFCL v4's 17 categories, greedy, every entry once
+    "evaluation.suites": ["reasoning_gym", "bfcl_full"],
+    "evaluation.suite_limits": {"bfcl_full": 4441},
     # Native tool calls (orchestrator.py:786-1031), malformed ones masked (SPADE_MASK_MALFORMED_TOOLCALL=1).
     "rollout.tool_protocol": "native",
     "rollout.mask_malformed_tool_calls": True,

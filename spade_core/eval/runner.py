@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +187,7 @@ def evaluate(
     max_new_tokens: int | None = None,
     chunk_size: int | None = None,
     progress: bool = False,
+    suite_limits: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """Evaluate ``generator`` on each suite (a registry name or a :class:`Suite`); rows of ``evals``.
 
@@ -199,6 +200,7 @@ def evaluate(
         max_new_tokens: tokens per reply; None keeps each suite's default.
         chunk_size: items generated and scored together (default: the generator's batch size, at least 16).
         progress: show a progress bar per suite (rich).
+        suite_limits: items of the suites named, in place of ``limit`` (``evaluation.suite_limits``).
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -208,7 +210,7 @@ def evaluate(
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not progress, transient=False) as bar:
         for suite in suites:
-            items = suite.items(limit, seed)
+            items = suite.items((suite_limits or {}).get(suite.name, limit), seed)
             task = bar.add_task(f"eval {suite.name}", total=len(items))
             frames.append(
                 evaluate_suite(
@@ -284,6 +286,7 @@ def evaluate_checkpoint(
             checkpoint,
             max_new_tokens=max_new_tokens or getattr(cfg.evaluation, "max_new_tokens", None),
             progress=progress,
+            suite_limits=None if limit else cfg.evaluation.suite_limits,  # an explicit limit is for every suite
         )
     finally:
         if owned:
