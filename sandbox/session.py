@@ -109,10 +109,6 @@ class EnvSession:
             out.error_type, out.message = result.error_type, result.message
         return out
 
-    @property
-    def alive(self) -> bool:
-        return self.jail.dead is None and self.jail.proc is not None
-
     def close(self) -> None:
         self.jail.close()
 

@@ -12,6 +12,7 @@ from sandbox.runtime.spade_env import (
     parse_boxed,
     parse_tool_calls,
     split_actions,
+    tool_schemas,
 )
 from spade_core.envs.contract import CONTRACT, FORMAT_ERROR_REWARD, NUMERIC_TOLERANCE, REWARD_RANGE, answers_match
 
@@ -68,7 +69,7 @@ class Lookup(ToolEnv):
 
 
 def test_tool_env_schema_from_signature_and_docstring() -> None:
-    (schema,) = Lookup.get_tool_schemas()
+    (schema,) = tool_schemas(Lookup)
     assert schema["function"]["name"] == "get"
     assert schema["function"]["description"] == "Read one key."
     assert schema["function"]["parameters"]["properties"] == {"key": {"type": "string"}, "default": {"type": "integer"}}

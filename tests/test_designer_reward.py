@@ -376,7 +376,7 @@ def test_authors_delayed_baseline_rewards_are_centered_per_skill() -> None:
     assert raw.tolist() == pytest.approx([0.3, 0.5, 0.2, 0.0])
     assert (centre_per_skill(raw, skills) * 10.0).tolist() == pytest.approx([-1.0, 1.0, 1.0, -1.0])
     assert state.baseline("logic") == pytest.approx(0.5)
-    assert state.signed_potential("logic") == pytest.approx(0.0)
+    assert state.skills["logic"].mu_fast == state.skills["logic"].mu_slow  # no potential yet
     assert state.skills["math"] == SkillEMA(0.2, 0.2, 1)
 
 
@@ -394,7 +394,8 @@ def test_authors_delayed_update_lp_advances_trackers_before_baselines() -> None:
     assert after.skills["logic"].count == 2  # seed + the one delayed update
     assert out["reward"].tolist() == pytest.approx([4.333333333333333, -3.6666666666666665, -0.6666666666666666])
     assert out["raw"].mean() == pytest.approx(0.4666666666666667)
-    assert after.signed_potential("logic") == pytest.approx(0.25)
+    logic = after.skills["logic"]  # (mu_fast - mu_slow) / (2 (gamma_fast - gamma_slow))
+    assert (logic.mu_fast - logic.mu_slow) / (2 * (0.8 - 0.2)) == pytest.approx(0.25)
     assert before.skills["logic"] == SkillEMA(0.0, 0.0, 1)  # the input state is untouched
 
 
@@ -436,7 +437,8 @@ def test_learning_potential_paper_gammas_hand_values() -> None:
     assert state2.skills["B"] == state1.skills["B"]
     assert out2["raw"].tolist() == pytest.approx([0.145, 0.055])
     assert out2["reward"].tolist() == pytest.approx([1.44, -1.44])
-    assert state2.signed_potential("A") == pytest.approx(0.039 / 0.26)  # 0.15
+    a = state2.skills["A"]
+    assert (a.mu_fast - a.mu_slow) / (2 * (state2.gamma_fast - state2.gamma_slow)) == pytest.approx(0.039 / 0.26)
     assert not out2["dropped"].any()
 
 

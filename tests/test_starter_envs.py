@@ -12,7 +12,7 @@ from sandbox.session import EnvSession
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS
 from spade_core.envs.contract import split_actions
 from spade_core.envs.seeds import load_starter_envs
-from spade_core.envs.validate import garbage_actions, validate_file
+from spade_core.envs.validate import garbage_actions, validate_code
 
 STARTERS = load_starter_envs()
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -26,7 +26,7 @@ def test_there_are_starters_named_by_skill() -> None:
 
 @pytest.mark.parametrize("env", STARTERS, ids=[e.path.stem for e in STARTERS])
 def test_starter_passes_every_check_in_the_jail(env) -> None:  # type: ignore[no-untyped-def]
-    result = validate_file(env.path)
+    result = validate_code(env.path.read_text())
     assert result.ok, (result.error_type, result.message)
     assert all(result.checks.values()) and len(result.checks) == 8
 

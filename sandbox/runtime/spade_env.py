@@ -340,11 +340,6 @@ class ToolEnv:
         return ""
 
     # -- the contract --------------------------------------------------------------------------------
-    @classmethod
-    def get_tool_schemas(cls):
-        """OpenAI-format schemas of this environment's tools (see :func:`tool_schemas`)."""
-        return tool_schemas(cls)
-
     def step(self, action):
         self.turn_count += 1
         last = self.turn_count >= self.max_turns

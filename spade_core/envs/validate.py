@@ -45,7 +45,6 @@ import string
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sandbox.jail import CallResult
@@ -422,7 +421,3 @@ def validate_many(codes: Sequence[str], cfg: ValidationConfig | None = None) -> 
     cfg = cfg or ValidationConfig()
     check_disabled_names(cfg.disabled_checks)
     return run_parallel(lambda code: validate_code(code, cfg), codes, cfg.parallel_jails)
-
-
-def validate_file(path: str | Path, cfg: ValidationConfig | None = None) -> ValidationResult:
-    return validate_code(Path(path).read_text(), cfg)

@@ -9,7 +9,6 @@ the *new* observation (the authors' convention, the reverse of the usual one)::
     mu_fast <- (1 - gamma_fast) * mu_fast + gamma_fast * r       [gamma_fast 0.98]
     mu_slow <- (1 - gamma_slow) * mu_slow + gamma_slow * r       [gamma_slow 0.85]
     raw(e)   = |p(e) - mu_slow(skill of e)|                       p(e): e's window win rate; 0 without plays
-    signed   = (mu_fast - mu_slow) / (2 (gamma_fast - gamma_slow))    a monitoring value, never a reward
 
 The state is a :class:`LearningPotentialState` whose :meth:`~LearningPotentialState.to_frame` is stored once
 per generation (``designer_lp_state``), so a resumed run continues the EMAs (the authors keep them in process
@@ -72,17 +71,6 @@ class LearningPotentialState:
         """mu_slow of ``skill``, 0.0 before its first observation (as the authors' ``get_baseline``)."""
         ema = self.skills.get(skill)
         return ema.mu_slow if ema is not None else 0.0
-
-    def signed_potential(self, skill: str) -> float:
-        """(mu_fast - mu_slow) / (2 (gamma_fast - gamma_slow)); 0.0 before the first observation. Monitoring only.
-
-        >>> LearningPotentialState(0.8, 0.2).update({"logic": 0.0}).update({"logic": 0.5}).signed_potential("logic")
-        0.25
-        """
-        ema = self.skills.get(skill)
-        if ema is None:
-            return 0.0
-        return (ema.mu_fast - ema.mu_slow) / (2.0 * (self.gamma_fast - self.gamma_slow))
 
     def update(self, observations: Mapping[str, float]) -> LearningPotentialState:
         """A new state with one observation per skill in ``observations``; other skills are unchanged.

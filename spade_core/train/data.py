@@ -107,13 +107,6 @@ class Batch:
         kept = [s for s in self.samples_ if abs(s.advantage) >= 1e-12]
         return Batch(kept, self.skipped_episodes, self.trimmed), len(self.samples_) - len(kept)
 
-    def reward_stats(self, role: str) -> tuple[float, float]:
-        rewards = [s.reward for s in self.samples(role)]
-        if not rewards:
-            return math.nan, math.nan
-        mean = sum(rewards) / len(rewards)
-        return mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-
 
 def split_episode(token_ids: Iterable[int], loss_mask: Iterable[int]) -> tuple[list[int], list[int], list[int]] | None:
     """Cut an episode into (prompt ids, completion ids, env mask) at the agent's first token.

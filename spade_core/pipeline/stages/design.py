@@ -40,8 +40,6 @@ from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.shards import shard_count, shard_rows
 
-NAME = "design"
-
 
 class Prompt(NamedTuple):
     """One design prompt: its document (None: no corpus), skill, chat messages and, for a mutation, the

@@ -10,8 +10,6 @@ from spade_core.designer.corpus import sample_documents
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 
-NAME = "documents"
-
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     """Sample ``designer.documents_per_generation`` documents (none in the 'no corpus' ablation)."""

@@ -14,8 +14,6 @@ from spade_core.steps import first_step
 from spade_core.store.artifacts import WrittenFile
 from spade_core.store.checkpoints import checkpoint_complete
 
-NAME = "evaluate"
-
 
 def due(cfg: SpadeConfig, gen: int) -> bool:
     """Whether generation ``gen`` ends with an evaluation (``evaluation.every``; 0 = never)."""

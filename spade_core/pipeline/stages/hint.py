@@ -27,8 +27,6 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.rollout import hint_seeds
 from spade_core.play.hints import hint_messages, hint_row, leaked_values, read_hint, rewrite_messages
 
-NAME = "hint"
-
 
 def _solutions(ctx: GenerationContext, env_id: str, code: str) -> list[str]:
     """Reference solutions of the seeds the hinted plays will use (for leak detection), from the jail."""

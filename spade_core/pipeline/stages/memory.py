@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from spade_core.designer.memory import STAGE, win_fractions
+from spade_core.designer.memory import win_fractions
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.stage_names import instance_name
-
-NAME = STAGE
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:

@@ -25,8 +25,6 @@ from spade_core.designer.parameters import parameter_similarity
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 
-NAME = "novelty"
-
 
 def applies(cfg: Any, gen: int) -> bool:
     checks = cfg.memory.novelty_threshold is not None or cfg.designer.mode in ("mutate", "parameters")

@@ -22,7 +22,6 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.shards import shard_count
 from spade_core.store.markers import marked_rows
 
-NAME = "pool"
 COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]
 
 

@@ -36,7 +36,6 @@ from spade_core.stage_names import instance_name
 from spade_core.steps import design_train_step, top_up_steps
 from spade_core.store.verdicts import final_designs
 
-NAME = "reward"
 EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type", "policy_step"]
 COLUMNS = [
     "design_id",
@@ -62,7 +61,7 @@ def _lp_state(ctx: GenerationContext) -> LearningPotentialState:
     scoring = ctx.cfg.scoring
     frame = pd.DataFrame()
     if ctx.gen > 1:
-        frame = ctx.read_previous("designer_lp_state", NAME)
+        frame = ctx.read_previous("designer_lp_state", ctx.stage)  # this stage's own file there
         frame = frame.drop(columns=["run_id", "gen"], errors="ignore")
     if frame.empty:  # the first generation, or a previous one that rewarded nothing yet
         return LearningPotentialState(scoring.lp_gamma_fast, scoring.lp_gamma_slow)

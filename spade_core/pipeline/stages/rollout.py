@@ -25,8 +25,6 @@ from spade_core.pipeline.shards import shard_count
 from spade_core.pipeline.stages.topup import step_pool
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
-NAME = "rollout"
-
 
 def play_seed(ctx: GenerationContext, env_id: str, condition: str, play: int, step: int | None = None) -> int:
     """The environment seed of one play: fresh per run, generation, step (default: the context's), environment,

@@ -17,7 +17,6 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.play.hints import leaked_env_ids
 from spade_core.stage_names import instance_name
 
-NAME = "score"
 EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type"]
 
 

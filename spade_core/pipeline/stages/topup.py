@@ -37,7 +37,6 @@ from spade_core.pipeline.stages.validate import fresh_documents, validate_with_r
 from spade_core.stage_names import instance_name
 from spade_core.steps import top_up_steps
 
-NAME = "topup"
 REFILL = "refill"
 ROUND_OFFSET = 100_000  # design index of round r's i-th prompt: r * ROUND_OFFSET + i (apart from design's)
 POOL_COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]

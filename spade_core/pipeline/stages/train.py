@@ -16,8 +16,6 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.store.checkpoints import checkpoint_files
 from spade_core.train.launch import launch_training
 
-NAME = "train"
-
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
 

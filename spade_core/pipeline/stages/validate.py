@@ -49,8 +49,6 @@ from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_repairs
 
-NAME = "validate"
-
 
 def validation_rows(
     ctx: GenerationContext, designs: pd.DataFrame, generator: Generator | None = None
