@@ -82,10 +82,12 @@ def chosen_parameters(designs: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_chosen(con: duckdb.DuckDBPyConnection, runs: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """The chosen parameters of those ``runs`` (run id -> its stored config) whose designer mode is
-    ``parameters``; empty when there are none."""
+    """The chosen parameters of those ``runs`` (run id -> its stored config, {} without one) whose designer
+    mode is ``parameters`` or unknown; empty when there are none."""
     designers = {run_id: config.get("designer") for run_id, config in runs.items()}
-    mutating = [r for r, d in designers.items() if isinstance(d, dict) and d.get("mode") == "parameters"]
+    # a run without a stored config (the local runner binds none) counts: write-mode designs carry no numbers
+    # a parameter mutation chose, but its rows show whatever integer constants its modules define
+    mutating = [r for r, d in designers.items() if not isinstance(d, dict) or d.get("mode") == "parameters"]
     if not mutating:
         return pd.DataFrame(columns=CHOSEN_COLUMNS)
     return chosen_parameters(con.execute(_REWARDED_CODE, {"runs": mutating}).df())
