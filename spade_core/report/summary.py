@@ -16,7 +16,7 @@ import pandas as pd
 
 from spade_core.report.data import read_config
 from spade_core.store.artifacts import Store
-from spade_core.store.markers import StageRecord
+from spade_core.store.markers import StageRecord, read_listed
 from spade_core.store.verdicts import final_verdicts
 
 
@@ -42,7 +42,7 @@ def raw_label(variant: str | None) -> str:
 
 def _rewards(store: Store, run_id: str, gen: int) -> pd.DataFrame:
     """The generation's designer_rewards rows (the reward stage's file; none before it ran)."""
-    return store.read_table("designer_rewards", run_id, gen, stages=["reward"])
+    return read_listed(store, run_id, gen, ["reward"], "designer_rewards")
 
 
 def generation_summary(
@@ -54,7 +54,7 @@ def generation_summary(
     flow run (cache hits take almost none).
     """
     validations = final_verdicts(store, run_id, gen)
-    scores = store.read_table("env_scores", run_id, gen, stages=["score"])
+    scores = read_listed(store, run_id, gen, ["score"], "env_scores")
     pool = records.get("pool")
     pool_ids = set(pool.info.get("env_ids", [])) if pool else set()
     played = scores[scores["env_id"].isin(pool_ids)].drop_duplicates("env_id")
@@ -106,7 +106,7 @@ def top_environments(store: Store, run_id: str, gen: int, env_ids: list[str], li
     """The generation's played environments with the highest regret (one row per environment), with the
     designer reward of their design (``designer_raw``, ``designer_reward``; None for a replayed environment,
     a dropped design's reward, or before the reward stage ran)."""
-    scores = store.read_table("env_scores", run_id, gen, stages=["score"])
+    scores = read_listed(store, run_id, gen, ["score"], "env_scores")
     scores = scores[scores["env_id"].isin(env_ids)].drop_duplicates("env_id")
     top = scores.sort_values(["regret", "env_id"], ascending=[False, True]).head(limit)
     rewards = _rewards(store, run_id, gen).drop_duplicates("design_id")

@@ -186,6 +186,16 @@ def listed_files(
     return [store.confine(path) for path in record.files.get(table, [])]
 
 
+def read_listed(
+    store: Store, run_id: str, gen: int, stages: Sequence[str], table: str, columns: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """The rows of ``table`` in the files the markers of ``stages`` (of generation ``gen``) list; a stage
+    without a marker contributes nothing (it has not finished). The trainer subprocess reads its step's
+    inputs this way, as the pipeline's context does."""
+    files = [path for stage in stages for path in listed_files(store, run_id, gen, stage, table) or []]
+    return store.read_files(table, files, columns=columns)
+
+
 def list_markers(store: Store, run_id: str) -> dict[int, dict[str, StageRecord]]:
     """Every valid marker of a run: ``{gen: {stage[-shard]: record}}`` (:func:`scan_markers` also names the
     damaged ones)."""

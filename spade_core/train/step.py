@@ -41,6 +41,7 @@ from spade_core.store.checkpoints import (
     optimizer_state_dir,
     write_checkpoint,
 )
+from spade_core.store.markers import read_listed
 from spade_core.store.schemas import TIS_QUANTILES
 from spade_core.store.verdicts import final_designs
 from spade_core.threads import use_threads
@@ -80,7 +81,7 @@ def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -
         return pd.DataFrame()
     frames = []
     for gen in due_generations(cfg, global_step):
-        rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
+        rewards = read_listed(store, run_id, gen, ["reward"], "designer_rewards")
         if rewards.empty:
             continue
         due = rewards[~rewards["dropped"].astype(bool) & (rewards["train_step"].astype(int) == global_step)]
@@ -106,10 +107,10 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     ``training.batch_fill: duplicate`` the agent's plays are repeated up to ``global_batch_size`` minus the
     step's new designs (:func:`spade_core.train.data.fill_with_duplicates`)."""
     played = instance_name("rollout", step)
-    episodes = store.read_table("episodes", run_id=run_id, gen=gen, stages=[played])
+    episodes = read_listed(store, run_id, gen, [played], "episodes")
     columns = ["env_id", "skill", "kind", "source"]
     stages = ["pool", *refill_stages(cfg, upto=step)]  # the pool as this step played it
-    pool = store.read_table("pool", run_id, gen, stages=stages, columns=columns) if not episodes.empty else None
+    pool = read_listed(store, run_id, gen, stages, "pool", columns) if not episodes.empty else None
     pool = pool[columns] if pool is not None else pd.DataFrame(columns=columns)
     # A tool-use play that did not terminate keeps its place in its group but is masked out of the loss.
     agent, skipped = agent_samples(episodes, kinds=dict(zip(pool["env_id"], pool["kind"], strict=True)))
