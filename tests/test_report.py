@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import typer
 from PIL import Image
+from samples import write_stage
 from typer.testing import CliRunner
 
 from spade_core.cli.report_cmd import report
@@ -23,7 +24,7 @@ from spade_core.report.plots import generation_boundaries
 from spade_core.report.summary import generation_summary, summary_markdown, top_environments
 from spade_core.report.timeline import overlap_fraction, saved_seconds_with_own_devices
 from spade_core.store.artifacts import Store
-from spade_core.store.markers import StageRecord, write_marker
+from spade_core.store.markers import StageRecord, read_marker, write_marker
 from spade_core.store.schemas import SCHEMAS
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -243,7 +244,7 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool, raw: d
     _pool_and_plays(store, run_id, gen, pool)
     store.write_table("designs", _frame("designs", designs), run_id=run_id, gen=gen, stage="design")
     store.write_table("validations", pd.DataFrame(validations), run_id=run_id, gen=gen, stage="validate")
-    store.write_table("env_scores", pd.DataFrame(scores), run_id=run_id, gen=gen, stage="score")
+    write_stage(store, run_id, gen, "score", {"env_scores": pd.DataFrame(scores)})
     store.write_table("memory", pd.DataFrame(memory), run_id=run_id, gen=gen, stage="memory")
     _designer_rewards(store, run_id, gen, designs, validations, raw or RAW)
     _train(store, run_id, gen, ("agent", "designer"))
@@ -271,7 +272,7 @@ def _designer_rewards(store: Store, run_id: str, gen: int, designs: list, valida
             | {"regret": 0.1, "raw": value, "dropped": dropped, "scale": 2.0}
             | {"centred": None if dropped else reward / 2.0, "reward": reward, "train_step": gen * 2}
         )
-    store.write_table("designer_rewards", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="reward")
+    write_stage(store, run_id, gen, "reward", {"designer_rewards": pd.DataFrame(rows)})
 
 
 # Stage markers of spade-1 (gen, stage, shard, start, end in seconds after T0). Gen 1 trains 500-800 and
@@ -321,7 +322,9 @@ def _stage_markers(store: Store, run_id: str) -> None:
     """The run's stage markers at :data:`STAGE_TIMES`; gen 1's are old ones, without ``started_at``."""
     for gen, stage, shard, start, end in STAGE_TIMES:
         started = {} if gen == 1 else {"started_at": _stamp(start, ms=True)}
+        written = read_marker(store, run_id, gen, stage, shard)  # keep the files a stage wrote above
         record = StageRecord(
+            files=written.files if written is not None else {},
             stage=stage,
             shard=shard,
             run_id=run_id,
@@ -343,7 +346,7 @@ def _baseline_generation(store: Store, run_id: str, gen: int) -> None:
         | {"hint_leaked": False}
         for i, (skill, _) in enumerate(SKILLS)
     ]
-    store.write_table("env_scores", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="score")
+    write_stage(store, run_id, gen, "score", {"env_scores": pd.DataFrame(rows)})
     pool = [(r["env_id"], None, r["skill"], "game", "class Seed: pass\n", "fixed") for r in rows]
     _pool_and_plays(store, run_id, gen, pool)
     _train(store, run_id, gen, ("agent",))
@@ -842,7 +845,7 @@ def _parameter_run(store: Store, run_id: str, people: dict[int, list[int]], over
                 | {"train_step": gen * K}
             )
         _pool_and_plays(store, run_id, gen, pool)
-        store.write_table("designer_rewards", pd.DataFrame(rewards), run_id=run_id, gen=gen, stage="reward")
+        write_stage(store, run_id, gen, "reward", {"designer_rewards": pd.DataFrame(rewards)})
 
 
 def test_the_designer_curve_has_standard_errors_and_the_chosen_difficulty(tmp_path: Path) -> None:

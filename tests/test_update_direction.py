@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
-from samples import ROWS, run_body
+from samples import ROWS, as_stage
 
 from spade_core.config import RolloutConfig, load_config
 from spade_core.designer.design import DESIGNER_SYSTEM
@@ -31,6 +31,7 @@ from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.llm.hf import TransformersGenerator, load_tokenizer
 from spade_core.pipeline.context import GenerationContext
+from spade_core.pipeline.registry import BY_NAME
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import model_path_for_checkpoint
@@ -146,7 +147,8 @@ def _designer_gap(tmp_path: Any, micro: str, replies: list[tuple[str, Any]], fli
     store = Store(str(tmp_path))
     cfg = _cfg(str(tmp_path), micro)
     _store_designs(store, replies, flipped)
-    summary = run_body(GenerationContext(cfg, store, RUN, 1), "reward")
+    # the reward stage with its marker: the trainer reads the files it lists
+    summary = as_stage(GenerationContext(cfg, store, RUN, 1), "reward", lambda run: BY_NAME["reward"].body(run, None))
     assert summary["rewarded"] == 4 and summary["train_step"] == K
     rewards = store.read_table("designer_rewards", RUN, 1, stages=["reward"]).set_index("design_id")["reward"]
     up, down = (NEGATIVE, POSITIVE) if flipped else (POSITIVE, NEGATIVE)
