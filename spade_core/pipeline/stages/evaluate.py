@@ -23,7 +23,7 @@ def due(cfg: SpadeConfig, gen: int) -> bool:
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
 
-    if not checkpoint_complete(ctx.store, ctx.run_id, first_step(ctx.cfg, ctx.gen + 1)):  # the one gen ends with
+    if not checkpoint_complete(ctx.store, ctx.run_id, first_step(ctx.cfg, ctx.gen + 1)):  # gen ends with it
         return {"skipped_reason": f"generation {ctx.gen} wrote no checkpoint (training.enabled is false)"}
     written: list[WrittenFile] = []
     frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, written=written)
