@@ -56,7 +56,6 @@ import contextlib
 import math
 import subprocess
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -70,13 +69,10 @@ from spade_core.designer import mutation
 from spade_core.designer.parameters import make_variant, parameters_of
 from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
 from spade_core.llm import make_generator
-from spade_core.pipeline.local import run_run
-from spade_core.pipeline.runner import Watcher
-from spade_core.pipeline.stage import Stage
+from spade_core.pipeline.local import StageLog, run_run
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
-from spade_core.store.markers import StageRecord
 from spade_core.store.verdicts import final_verdicts
 
 PRESET = "designer-bench"
@@ -172,27 +168,13 @@ def measure_curve(cfg: SpadeConfig, values: list[int], plays: int) -> pd.DataFra
     return curve
 
 
-class Logged(Watcher):
-    """One line per finished stage, with its wall time here (the local runner prints nothing itself)."""
-
-    def __init__(self) -> None:
-        self.started: dict[tuple[str, str], float] = {}
-
-    def start(self, stage: Stage) -> None:
-        self.started[(threading.current_thread().name, stage.name)] = time.perf_counter()
-
-    def finish(self, record: StageRecord) -> None:
-        began = self.started.pop((threading.current_thread().name, record.stage), time.perf_counter())
-        log(f"  gen {record.gen} {record.stage:<12} {record.status:<6} {time.perf_counter() - began:6.1f} s")
-
-
 def run_arm(root: str, arm: str, args: argparse.Namespace) -> None:
     """One arm's generations through the local runner, in this process."""
     cfg = config(root, arm, args.roles, args)
     run_id = run_ids(args.roles)[arm]
     log(f"{run_id}: designer.train={cfg.designer.train}, training.roles={cfg.training.roles}, {cfg.config_hash()}")
     with family_as_parent():
-        run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, args.generations + 1)), watch=Logged())
+        run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, args.generations + 1)), watch=StageLog(log))
     log(f"{run_id}: done")
 
 

@@ -44,17 +44,14 @@ import argparse
 import math
 import subprocess
 import tempfile
-import threading
 import time
 from typing import Any
 
 from spade_core.config import SpadeConfig, load_config
-from spade_core.pipeline.local import run_run
-from spade_core.pipeline.runner import Watcher
-from spade_core.pipeline.stage import Stage
+from spade_core.pipeline.local import StageLog, run_run
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
-from spade_core.store.markers import StageRecord, list_markers
+from spade_core.store.markers import list_markers
 from spade_core.store.verdicts import final_verdicts
 
 RUNS = {"trained": "selfplay", "ablation": "selfplay-ablation"}
@@ -75,21 +72,6 @@ T0 = time.perf_counter()
 
 def log(message: str) -> None:
     print(f"[{(time.perf_counter() - T0) / 60:5.1f} min] {message}", flush=True)
-
-
-class Logged(Watcher):
-    """One line per finished stage, with its wall time here (the local runner prints nothing itself)."""
-
-    def __init__(self) -> None:
-        self.started: dict[tuple[str, str], float] = {}
-
-    def start(self, stage: Stage) -> None:
-        self.started[(threading.current_thread().name, stage.name)] = time.perf_counter()
-
-    def finish(self, record: StageRecord) -> None:
-        began = self.started.pop((threading.current_thread().name, record.stage), time.perf_counter())
-        calls = f", {record.model_calls} model calls" if record.status == "ran" and record.model_calls else ""
-        log(f"  gen {record.gen} {record.stage:<12} {record.status:<6} {time.perf_counter() - began:6.1f} s{calls}")
 
 
 def config(root: str, trained: bool, extra: list[str]) -> SpadeConfig:
@@ -164,7 +146,7 @@ def run_arm(root: str, arm: str, generations: int, extra: list[str]) -> None:
     run_id = RUNS[arm]
     started = time.perf_counter()
     log(f"{run_id}: designer.train={cfg.designer.train}, model.threads={cfg.model.threads}, config {cfg.config_hash()}")
-    run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, generations + 1)), watch=Logged())
+    run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, generations + 1)), watch=StageLog(log))
     log(f"{run_id}: {(time.perf_counter() - started) / 60:.1f} min")
 
 

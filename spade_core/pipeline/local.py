@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -27,6 +28,25 @@ from spade_core.pipeline.runner import Watcher, run_generation_stages, run_gener
 from spade_core.pipeline.stage import GeneratorLease, LeaseAt, Stage, execute, finish
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord
+
+
+class StageLog(Watcher):
+    """One line per finished stage through ``log``, with its wall time (the local runner prints nothing
+    itself; scripts such as the benchmarks hand this in as ``watch``)."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.started: dict[tuple[str, str], float] = {}
+
+    def start(self, stage: Stage) -> None:
+        self.started[(threading.current_thread().name, stage.name)] = time.perf_counter()
+
+    def finish(self, record: StageRecord) -> None:
+        began = self.started.pop((threading.current_thread().name, record.stage), time.perf_counter())
+        calls = f", {record.model_calls} model calls" if record.status == "ran" and record.model_calls else ""
+        self.log(
+            f"  gen {record.gen} {record.stage:<12} {record.status:<6} {time.perf_counter() - began:6.1f} s{calls}"
+        )
 
 
 def _done(record: StageRecord) -> Future[StageRecord]:
