@@ -1,8 +1,8 @@
 """Valid rate of the designer: how many design attempts pass the validator, and why the others fail.
 
-Each seed is one generation-1 design round as the pipeline runs it, through the stages' own functions: the
+Each seed is one generation-1 design round as the pipeline runs it, through the functions the stages call: the
 documents of the bundled corpus (``sample_documents``, as the documents stage samples them), the design
-stage's prompts and batched model call (``spade_core.pipeline.stages.design.design``: memory examples,
+stage's prompts and batched model call (``spade_core.designer.batch.design_batch``: memory examples,
 skills round robin, sampling with the model's settings) and the validate stage's verdicts in the jail
 (``validation_rows``: a reply without code is a ``syntax_error``); with ``designer.mode`` mutate or parameters
 a design that copies its parent is ``not_novel``, as the novelty stage rules. Nothing is retried (one attempt per
@@ -45,13 +45,13 @@ SUMMARY_PREFIX = "valid="
 
 def design_round(cfg: Any, generator: Any, store_root: str) -> list[dict[str, Any]]:
     """One generation-1 design round of ``cfg``: one record per design attempt (skill, reply, verdict)."""
+    from spade_core.designer.batch import design_batch
     from spade_core.designer.corpus import sample_documents
     from spade_core.designer.memory import Memory
     from spade_core.designer.mutation import parent_codes
+    from spade_core.designer.novelty_checks import parent_rows
+    from spade_core.designer.retries import validation_rows
     from spade_core.pipeline.context import GenerationContext
-    from spade_core.pipeline.stages.design import design
-    from spade_core.pipeline.stages.novelty import parent_rows
-    from spade_core.pipeline.stages.validate import validation_rows
     from spade_core.store.artifacts import Store
 
     ctx = GenerationContext(cfg, Store(store_root), RUN, 1)
@@ -60,8 +60,8 @@ def design_round(cfg: Any, generator: Any, store_root: str) -> list[dict[str, An
         corpus.source, cfg.designer.documents_per_generation, ctx.seed, max(corpus.max_words, corpus.max_words_tool)
     )
     memory = Memory.initial(cfg.memory)
-    designs = design(ctx.execution("design"), documents, generator, memory)
-    verdicts = validation_rows(ctx, designs)
+    designs = design_batch(ctx.design_run(), documents, generator, memory)
+    verdicts = validation_rows(ctx.design_run(), designs)
     if cfg.designer.mode in ("mutate", "parameters"):  # the novelty stage's parent check: a copy is no design
         passed = designs[[bool(v["ok"]) for v in verdicts]]
         rows = parent_rows(

@@ -20,13 +20,14 @@ from test_episode_rules import ECHO, play
 
 from sandbox.outcome import is_env_error
 from spade_core.config import load_config
+from spade_core.designer.batch import generate_rows, prompt_plan
 from spade_core.designer.deadline import Clock, generate_within, is_late
 from spade_core.designer.llm_validator import judge
+from spade_core.designer.retries import judge_designs, validate_with_retries
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages.design import generate_rows, prompt_plan
-from spade_core.pipeline.stages.validate import batch_left, judge_designs, validate_with_retries
+from spade_core.pipeline.stages.validate import batch_left
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord
 from spade_core.store.verdicts import final_designs
@@ -125,7 +126,9 @@ def test_a_design_reply_past_its_deadline_fails_its_attempt(tmp_path: Path, dead
 def test_a_judgement_past_its_deadline_rejects_the_design(tmp_path: Path) -> None:
     cfg = load_config("tiny", overrides=["validation.llm_validator_deadline_s=0.3", f"store.root={tmp_path}"])
     row = {"ok": True, "error_type": None, "message": None, "checks": {"parses": True}}
-    judge_designs(GenerationContext(cfg, Store(str(tmp_path)), "j", 1), [row], ["class E: ...  # slow"], Slow())
+    judge_designs(
+        GenerationContext(cfg, Store(str(tmp_path)), "j", 1).design_run(), [row], ["class E: ...  # slow"], Slow()
+    )
     assert (row["ok"], row["error_type"], row["llm_verdict"]) == (False, "deadline", "deadline")
     assert row["checks"] == {"parses": True, "llm_validator": False}
     params = SamplingParams(temperature=0.3)
@@ -140,9 +143,9 @@ def test_a_batch_past_its_deadline_loses_every_design_of_its_shard(tmp_path: Pat
     designer = SlowDesigner(["optimization", "data_retrieval"])
     ctx = validated_generation(tmp_path, designer, "batch", "designer.documents_per_generation=2")
     designs = ctx.read_shard("designs", "design", 0)
-    _, on_time, _ = validate_with_retries(ctx, designs, 0, designer, Clock(60.0))
+    _, on_time, _ = validate_with_retries(ctx.design_run(), designs, 0, designer, Clock(60.0))
     assert on_time["ok"].tolist() == [True, True]
-    _, past, _ = validate_with_retries(ctx, designs, 0, designer, Clock(0.0))
+    _, past, _ = validate_with_retries(ctx.design_run(), designs, 0, designer, Clock(0.0))
     # Valid in the jail, lost all the same: the authors' batch yields nothing once it is past 900 s.
     assert past["ok"].tolist() == [False, False] and set(past["error_type"]) == {"deadline"}
     assert all(dict(c)["parses"] for c in past["checks"])  # the checks it passed stay on the row
@@ -160,8 +163,8 @@ def test_the_validate_shards_have_what_the_design_stage_left_of_the_batch(tmp_pa
     unbounded = validated_generation(tmp_path / "ours", designer, "ours")
     assert batch_left(unbounded.execution("validate", upstream={"design": record})) is None
     # The design stage's own call within the batch's time left: a clock already past leaves no time.
-    rows = generate_rows(ctx, [], [], designer, __import__("random").Random(0), 0, 0, Clock(0.0))
-    assert rows.empty and prompt_plan(ctx)
+    rows = generate_rows(ctx.design_run(), [], [], designer, __import__("random").Random(0), 0, 0, Clock(0.0))
+    assert rows.empty and prompt_plan(ctx.cfg.designer, ctx.gen)
 
 
 @pytest.mark.parametrize("deadline", [2.5, None])

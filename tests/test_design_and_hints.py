@@ -7,15 +7,10 @@ import json
 import pytest
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig
-from spade_core.designer.design import (
-    contract_sections,
-    design_messages,
-    design_row,
-    extract_code,
-    repair_messages,
-    skills_for_generation,
-)
+from spade_core.designer.design import contract_sections, design_messages, repair_messages
 from spade_core.designer.memory import MemoryEntry
+from spade_core.designer.replies import design_row, extract_code
+from spade_core.designer.skills import skills_for_generation
 from spade_core.envs.contract import CONTRACT, env_id_for
 from spade_core.play.hints import clean_hint, hint_messages, leaks_solution
 

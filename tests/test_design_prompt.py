@@ -14,15 +14,15 @@ import pytest
 
 from spade_core.config import GAME_SKILLS, TOOL_SKILLS, DesignerConfig, MemoryConfig, load_config
 from spade_core.designer.design import (
-    REPLY_FORMAT,
     contract_sections,
     design_messages,
     env_class_name,
     interaction_steps,
-    skills_for_generation,
     truncate_document,
 )
 from spade_core.designer.memory import Memory, MemoryEntry
+from spade_core.designer.prompt_text import REPLY_FORMAT
+from spade_core.designer.skills import skills_for_generation
 from spade_core.envs.contract import CONTRACT
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.envs.validate import validate_code
@@ -300,7 +300,7 @@ def test_the_authors_tool_layouts_single_task_and_multi_turn() -> None:
     single = user_text("A shop's order system.", "data_retrieval", "hard", layout="authors")
     assert single.index("<REFERENCE_DOCUMENT>") < single.index("The environment tests: data retrieval (finding")
     assert single.rstrip().endswith("Generate the complete Python code in a ```python block.")
-    from spade_core.designer.design import multiturn_brief
+    from spade_core.designer.prompt_text import multiturn_brief
 
     brief = multiturn_brief("class ShopEnv(InstructionEnv): ...", random.Random(0))
     multi = user_text("Flavour text.", "api_orchestration", "medium", multiturn=brief, layout="authors")
@@ -310,8 +310,8 @@ def test_the_authors_tool_layouts_single_task_and_multi_turn() -> None:
 
 
 def test_the_paper_presets_design_with_the_authors_layout_and_the_others_with_ours() -> None:
+    from spade_core.designer.batch import prompt_from_text
     from spade_core.designer.memory import Memory as Mem
-    from spade_core.pipeline.stages.design import prompt_from_text
 
     for preset, layout in (("paper-games", "authors"), ("tiny", "ours")):
         cfg = load_config(preset)

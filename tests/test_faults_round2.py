@@ -403,7 +403,7 @@ def _parameter_failure(parent: str | None, reply: str, max_items: int = 1000) ->
 
 
 def test_a_reply_with_a_3580_digit_hex_integer_is_an_error_row_not_a_crash() -> None:
-    from spade_core.designer.design import design_row
+    from spade_core.designer.replies import design_row
 
     reply = "```python\n_SIZE = 0x" + "f" * 3580 + "\n```"
     assert _parameter_failure(PARENT, reply) == ("parameters_too_large", "an integer of 14320 bits (at most 1024)")
@@ -475,7 +475,7 @@ def test_a_parent_docstring_paragraph_ending_in_a_quote_gives_a_variant_that_par
 
 
 def test_a_repair_whose_parent_is_unknown_is_an_error_row_not_a_whole_module() -> None:
-    from spade_core.designer.design import design_row
+    from spade_core.designer.replies import design_row
 
     module = "```python\nclass Env:\n    def reset(self, seed=None): ...\n    def step(self, action): ...\n```"
     row = design_row(
@@ -495,8 +495,8 @@ def test_every_parameters_failure_is_an_error_type_on_the_validation_row(tmp_pat
     import pandas as pd
 
     from spade_core.config import load_config
+    from spade_core.designer.retries import validation_rows
     from spade_core.envs.seeds import load_starter_envs
-    from spade_core.pipeline.stages.validate import validation_rows
 
     cfg = load_config("tiny", overrides=["designer.mode=parameters", f"store.root={tmp_path}"])
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "r", 1)
@@ -512,7 +512,7 @@ def test_every_parameters_failure_is_an_error_type_on_the_validation_row(tmp_pat
             for k, (c, p) in replies.items()
         ]
     )
-    rows = {r["design_id"]: r for r in validation_rows(ctx, designs)}
+    rows = {r["design_id"]: r for r in validation_rows(ctx.design_run(), designs)}
     assert rows["too_large"]["error_type"] == "parameters_too_large" and "bits" in rows["too_large"]["message"]
     assert rows["gone"]["error_type"] == "unknown_parent"
     assert rows["none"]["error_type"] == "syntax_error" and "sets none" in rows["none"]["message"]

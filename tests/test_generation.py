@@ -272,10 +272,10 @@ def test_spade_design_shows_designs_for_a_text_file(tmp_path: Path) -> None:
 
 
 def test_fixed_pool_of_seeds_is_the_whole_library(tmp_path: Path) -> None:
-    from spade_core.pipeline.stages.pool import fixed_pool
+    from spade_core.designer.pool import fixed_pool
 
     cfg = load_config("tiny", overrides=["designer.fixed_pool=seeds"])
-    envs = fixed_pool(GenerationContext(cfg, Store(str(tmp_path)), "base", 1))
+    envs = fixed_pool(cfg, Store(str(tmp_path)), "base", 1)
     assert len(envs) == 12 and envs["design_id"].isna().all() and envs["code"].str.contains("def reset").all()
 
 

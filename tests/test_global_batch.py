@@ -12,7 +12,7 @@ from samples import frame, write_stage
 
 from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages.rollout import plan
+from spade_core.play.plays import plan
 from spade_core.store.artifacts import Store
 from spade_core.train.data import AGENT, DESIGNER, Sample, make_batch
 from spade_core.train.step import loss_denominator
@@ -23,7 +23,7 @@ def _plays_per_env(tmp_path: Path, envs: int, *overrides: str) -> set[int]:
     ctx = GenerationContext(cfg, Store(str(tmp_path)), "batch", 1)
     pool = frame("pool", envs).assign(env_id=[f"e{i:02d}" for i in range(envs)])
     write_stage(ctx.store, ctx.run_id, ctx.gen, "pool", {"pool": pool})
-    specs = plan(ctx, ctx.pool(), pd.DataFrame(columns=["env_id", "hint"]))
+    specs = plan(ctx.play_run(), ctx.pool(), pd.DataFrame(columns=["env_id", "hint"]), len(ctx.pool()))
     counts = pd.Series([s.env_id for s in specs if s.condition == "no_hint"]).value_counts()
     assert len(counts) == envs
     return set(counts)

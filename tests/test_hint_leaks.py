@@ -17,7 +17,7 @@ from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import Completion, GenerationRequest, SamplingParams
 from spade_core.method.scoring import blend_reward, score_environments
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages import hint
+from spade_core.play import hint_batch as hint
 from spade_core.play import hints as hints_module
 from spade_core.play.hints import leaked_env_ids, leaked_values, leaks_solution, rewrite_messages
 from spade_core.store.artifacts import Store
@@ -102,19 +102,21 @@ def test_rewrite_prompt_quotes_the_leak_and_keeps_the_conversation() -> None:
 # -- the hint stage, with the jail ---------------------------------------------------------------------------
 def test_a_leaking_hint_is_rewritten_once_and_the_clean_rewrite_is_stored(tmp_path: Path) -> None:
     ctx, model = _ctx(tmp_path), HintModel([LEAK, SAFE])
-    frame, counts = hint.hints_and_counts(ctx, _pool(), model)
+    frame, counts = hint.hints_and_counts(ctx.play_run(), _pool(), model)
     assert frame[["hint", "leaks_solution"]].values.tolist() == [[SAFE, False]]
     assert counts == {"leaked": 1, "rewrites": 1, "still_leaking": 0}
     (request,), params = model.calls[1]
     assert request.messages[2] == {"role": "assistant", "content": LEAK}
     assert "'417'" in request.messages[-1]["content"]
-    assert request.seed == hint.rewrite_seed(ctx, 1, frame.env_id[0])
-    assert params.seed == hint.rewrite_seed(ctx, 1) and params.temperature == ctx.cfg.rollout.hint_temperature
+    assert request.seed == hint.rewrite_seed(ctx.play_run(), 1, frame.env_id[0])
+    assert (
+        params.seed == hint.rewrite_seed(ctx.play_run(), 1) and params.temperature == ctx.cfg.rollout.hint_temperature
+    )
 
 
 def test_a_hint_still_leaking_after_its_rewrites_is_stored_flagged(tmp_path: Path) -> None:
     ctx, model = _ctx(tmp_path, "rollout.hint_rewrites=2"), HintModel([LEAK, "Box 417.", "It is 417!"])
-    frame, counts = hint.hints_and_counts(ctx, _pool(), model)
+    frame, counts = hint.hints_and_counts(ctx.play_run(), _pool(), model)
     assert frame[["hint", "leaks_solution"]].values.tolist() == [["It is 417!", True]]  # the last rewrite
     assert counts == {"leaked": 1, "rewrites": 2, "still_leaking": 1}
     assert model.calls[1][1].seed != model.calls[2][1].seed  # each round samples afresh
@@ -122,19 +124,19 @@ def test_a_hint_still_leaking_after_its_rewrites_is_stored_flagged(tmp_path: Pat
 
 def test_no_rewrites_configured_keeps_the_first_hint(tmp_path: Path) -> None:
     ctx, model = _ctx(tmp_path, "rollout.hint_rewrites=0"), HintModel([LEAK])
-    frame, counts = hint.hints_and_counts(ctx, _pool(), model)
+    frame, counts = hint.hints_and_counts(ctx.play_run(), _pool(), model)
     assert (frame.hint[0], bool(frame.leaks_solution[0]), len(model.calls)) == (LEAK, True, 1)
     assert counts == {"leaked": 1, "rewrites": 0, "still_leaking": 1}
 
 
 def test_a_failed_rewrite_keeps_the_leaking_hint_flagged(tmp_path: Path) -> None:
-    frame, _ = hint.hints_and_counts(_ctx(tmp_path), _pool(), HintModel([LEAK, None]))
+    frame, _ = hint.hints_and_counts(_ctx(tmp_path).play_run(), _pool(), HintModel([LEAK, None]))
     assert frame[["hint", "leaks_solution"]].values.tolist() == [[LEAK, True]]
 
 
 def test_a_clean_hint_is_never_rewritten(tmp_path: Path) -> None:
     model = HintModel([SAFE])
-    frame, counts = hint.hints_and_counts(_ctx(tmp_path), _pool(), model)
+    frame, counts = hint.hints_and_counts(_ctx(tmp_path).play_run(), _pool(), model)
     assert (frame.hint[0], len(model.calls), counts["leaked"]) == (SAFE, 1, 0)
 
 
@@ -150,7 +152,7 @@ def test_the_stage_writes_the_final_hints_and_reports_the_counts(tmp_path: Path)
 
 def test_a_still_leaking_env_is_scored_without_its_regret_term(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
-    frame, _ = hint.hints_and_counts(ctx, _pool(), HintModel([LEAK, "Still 417."]))
+    frame, _ = hint.hints_and_counts(ctx.play_run(), _pool(), HintModel([LEAK, "Still 417."]))
     env_id = env_id_for(VAULT)
     # The hinted plays were played (and won, the hint gave the code away); the no-hint plays half won.
     episodes = pd.DataFrame(

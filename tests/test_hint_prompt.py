@@ -10,7 +10,7 @@ import pytest
 from test_hint_leaks import VAULT, HintModel, _ctx, _pool
 
 from spade_core.config import load_config
-from spade_core.pipeline.stages import hint
+from spade_core.play import hint_batch as hint
 from spade_core.play.hints import AUTHORS_GAME_HINT_SYSTEM, AUTHORS_TOOL_HINT_SYSTEM, HINT_SYSTEM, hint_messages
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -20,7 +20,7 @@ LONG = " ".join(["Count"] + ["the digits"] * 70 + ["and box three."])  # 142 wor
 
 def test_the_authors_request_is_their_system_prompt_and_the_code_alone(tmp_path: Path) -> None:
     ctx, model = _ctx(tmp_path, "rollout.hint_prompt=authors"), HintModel([LONG])
-    frame, _ = hint.hints_and_counts(ctx, _pool(), model)
+    frame, _ = hint.hints_and_counts(ctx.play_run(), _pool(), model)
     (request,), _ = model.calls[0]
     assert request.messages == [
         {"role": "system", "content": AUTHORS_GAME_HINT_SYSTEM},
@@ -28,7 +28,7 @@ def test_the_authors_request_is_their_system_prompt_and_the_code_alone(tmp_path:
     ]
     assert frame.hint[0] == LONG  # no word cut
     ctx, model = _ctx(tmp_path / "ours"), HintModel([LONG])
-    frame, _ = hint.hints_and_counts(ctx, _pool(), model)
+    frame, _ = hint.hints_and_counts(ctx.play_run(), _pool(), model)
     (request,), _ = model.calls[0]
     assert request.messages[0] == {"role": "system", "content": HINT_SYSTEM}
     words = ctx.cfg.rollout.hint_max_words
@@ -48,11 +48,11 @@ def test_the_authors_tool_prompt_asks_for_a_value_free_plan_and_their_parse_read
 
 def test_hint_sampling_is_the_authors_in_the_paper_presets_and_the_models_elsewhere(tmp_path: Path) -> None:
     ctx, model = _ctx(tmp_path, "rollout.hint_top_p=0.9", "rollout.hint_top_k=0"), HintModel(["Count up."])
-    hint.hints_and_counts(ctx, _pool(), model)
+    hint.hints_and_counts(ctx.play_run(), _pool(), model)
     params = model.calls[0][1]
     assert (params.temperature, params.top_p, params.top_k) == (0.3, 0.9, None)
     ctx, model = _ctx(tmp_path / "ours"), HintModel(["Count up."])
-    hint.hints_and_counts(ctx, _pool(), model)
+    hint.hints_and_counts(ctx.play_run(), _pool(), model)
     params = model.calls[0][1]
     assert (params.top_p, params.top_k) == (ctx.cfg.model.top_p, ctx.cfg.model.top_k) == (0.95, 20)
     paper = load_config("paper-games").rollout

@@ -11,13 +11,13 @@ from agents import Scripted
 
 from sandbox.session import EnvSession
 from spade_core.config import RolloutConfig, ValidationConfig, load_config
-from spade_core.designer.design import MULTITURN_TOOL_ACTIONS, TASK_VARIANTS, TOOL_ACTIONS, TOOL_DOMAINS
+from spade_core.designer.batch import prompt_from_text
 from spade_core.designer.memory import Memory
+from spade_core.designer.prompt_text import MULTITURN_TOOL_ACTIONS, TASK_VARIANTS, TOOL_ACTIONS, TOOL_DOMAINS
 from spade_core.envs.contract import env_id_for, split_actions
 from spade_core.envs.seeds import load_multiturn_envs, load_seed_envs
 from spade_core.envs.validate import validate_code
 from spade_core.llm.base import SamplingParams
-from spade_core.pipeline.stages.design import prompt_from_text
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")

@@ -21,7 +21,7 @@ from spade_core.designer.mutation import choose_parent, without_docstring
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
 from spade_core.llm.base import Completion
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages import novelty
+from spade_core.pipeline.registry import judges_novelty
 from spade_core.report.lineage import lineage
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
@@ -111,7 +111,7 @@ def test_a_mutation_prompt_shows_the_parent_whole_and_the_row_names_it(mutated) 
 
 def test_the_novelty_stage_refuses_a_copy_of_the_parent(mutated) -> None:  # type: ignore[no-untyped-def]
     ctx, _ = mutated
-    assert novelty.applies(ctx.cfg, 3)
+    assert judges_novelty(ctx.cfg, 3)
     final = final_designs(ctx.store, "mut", 3).set_index("code")
     copy, variant = final.loc[without_docstring(STARTER.code)], final.loc[VARIANT]
     assert (bool(copy.ok), copy.error_type) == (False, "not_novel") and "a copy of its parent" in copy.message

@@ -11,7 +11,8 @@ from agents import Scripted
 from test_validator import SMOKE, make_env
 
 from spade_core.config import RolloutConfig
-from spade_core.designer.design import AUTHORS_GAME_DESIGNER_SYSTEM, DESIGNER_SYSTEM, design_messages, mutation_messages
+from spade_core.designer.design import design_messages, mutation_messages
+from spade_core.designer.prompt_text import AUTHORS_GAME_DESIGNER_SYSTEM, DESIGNER_SYSTEM
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.validate import validate_code
 from spade_core.llm.base import SamplingParams

@@ -27,8 +27,8 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.registry import BY_NAME, stages_for
 from spade_core.pipeline.stage import Stage, execute
 from spade_core.pipeline.stages import pool, reward
-from spade_core.pipeline.stages.rollout import plan
-from spade_core.pipeline.stages.topup import refill, step_pool
+from spade_core.pipeline.stages.topup import refill
+from spade_core.play.plays import plan
 from spade_core.steps import design_train_step, due_generations, top_up_steps
 from spade_core.store.artifacts import Store
 from spade_core.train.data import AGENT, DESIGNER, Sample, fill_with_duplicates, make_batch
@@ -175,13 +175,13 @@ def test_a_later_step_designs_what_the_pool_lacks_with_no_hint_and_reward_zero(t
     info2 = _at_step(ctx, "refill", 2, lambda run: refill(run, designer))
     assert info2["designed"] == 0 and len(designer.calls) == 2  # the pool is full: no model call
     step1 = ctx.execution("rollout-s1", step=1, reads=("pool", "hints"))
-    grown = step_pool(step1)
+    grown = step1.step_pool()
     assert len(grown) == 2 and grown["env_id"].iloc[0] == first["env_id"].iloc[0]
-    assert len(step_pool(ctx.execution("rollout-s0", step=0, reads=("pool",)))) == 1
+    assert len(ctx.execution("rollout-s0", step=0, reads=("pool",)).step_pool()) == 1
     # Step 1 plays both environments ceil(6 / 2) = 3 times; the new one has no hint, so no hinted play, and
     # no hinted play happens after step 0 anyway.
     hints = pd.DataFrame({"env_id": list(grown["env_id"]), "hint": ["look", "look"]})
-    specs = plan(step1, grown, hints, len(grown))
+    specs = plan(step1.play_run(), grown, hints, len(grown))
     assert sorted(pd.Series([s.env_id for s in specs]).value_counts()) == [3, 3]
     assert {s.condition for s in specs} == {"no_hint"}
     # The designs the top-up made: reward 0, kept, trained D steps after step 1 (first step 0 + 1 + D = 4).

@@ -26,7 +26,7 @@ import torch
 from samples import ROWS, as_stage
 
 from spade_core.config import RolloutConfig, load_config
-from spade_core.designer.design import DESIGNER_SYSTEM
+from spade_core.designer.prompt_text import DESIGNER_SYSTEM
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.llm.hf import TransformersGenerator, load_tokenizer

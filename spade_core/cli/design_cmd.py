@@ -10,12 +10,13 @@ from typing import Annotated
 import typer
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.designer.design import extract_code, skills_for_generation
+from spade_core.designer.batch import prompt_from_text
 from spade_core.designer.memory import Memory
+from spade_core.designer.replies import extract_code
+from spade_core.designer.skills import skills_for_generation
 from spade_core.envs.validate import validate_many
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, SamplingParams
-from spade_core.pipeline.stages.design import prompt_from_text
 from spade_core.store.catalog import query
 
 

@@ -24,8 +24,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from spade_core.config import SpadeConfig
+from spade_core.designer.batch import DesignRun
 from spade_core.designer.memory import Memory
-from spade_core.steps import first_step
+from spade_core.play.plays import PlayRun
+from spade_core.stage_names import instance_name
+from spade_core.steps import first_step, top_up_steps
 from spade_core.store.artifacts import Store, StoreError, WrittenFile
 from spade_core.store.markers import listed_files
 from spade_core.store.verdicts import final_designs
@@ -201,3 +204,22 @@ class GenerationContext:
         for table in ("designs", "validations", *(("novelty",) if novelty else ())):
             self._declared(table, "read")
         return final_designs(self.store, self.run_id, self.gen, novelty=novelty)
+
+    def design_run(self) -> DesignRun:
+        """What this execution's design rows depend on (:mod:`spade_core.designer.batch`); the previous memory is
+        read on first use."""
+        return DesignRun(self.cfg, self.run_id, self.gen, self.seed, self.model_step, self.previous_memory)
+
+    def play_run(self) -> PlayRun:
+        """What this execution's plays and hints depend on (:mod:`spade_core.play.plays`)."""
+        return PlayRun(self.cfg, self.run_id, self.gen, self.seed, self.step, self.model_step)
+
+    def step_pool(self, upto: int | None = None) -> pd.DataFrame:
+        """The pool as step ``upto`` (default: this execution's step) plays it: the pool stage's rows, then the rows
+        the top-ups (``refill-s{k}``) of steps 1 .. ``upto`` added, in step order."""
+        at = (self.step or 0) if upto is None else upto
+        stages = [instance_name("refill", k) for k in top_up_steps(self.cfg) if k <= at]
+        if not stages:
+            return self.pool()
+        added = self.read("pool", stages).drop(columns=["run_id", "gen"])
+        return pd.concat([self.pool(), added], ignore_index=True) if not added.empty else self.pool()

@@ -4,20 +4,21 @@
     → pool → hint → [ refill (optional) → rollout (sharded over pool blocks) → score → memory → train ] × K
     steps → reward → evaluate (when due)
 
-The per-step stages (``refill``, ``rollout``, ``train``) run once per step ``k`` of the generation as the
-instances ``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them, run in step 0 only (the
-regret and the memory come from the pool's first plays), and ``refill`` (the pool's top-up with
+The per-step stages (``refill``, ``rollout``, ``train``) run once per step ``k`` of the generation as the instances
+``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them with ``first_step_only``, run in
+step 0 only (the regret and the memory come from the pool's first plays), and ``refill`` (the pool's top-up with
 ``designer.top_up_at: steps``) in the steps of :func:`~spade_core.steps.top_up_steps` only, as ``refill-s{k}``,
-with that step's checkpoint. :func:`stages_for` expands the declarations into
-the instances of one generation, in order. ``reward`` (the designer's reward over the whole window of K
-steps) runs after the last step; the designs it rewards are trained by a later generation's ``train``
-(``designer.training_delay`` steps after this generation's first step), hence ``train``'s dependency on
-the previous generation's ``reward``; in the generation that holds the run's last step (``training.total_steps``)
-``reward`` runs before the last ``train``, which trains this generation's designs too (:func:`flushes`).
+with that step's checkpoint. :func:`stages_for` expands the declarations into the instances of one generation, in
+order. ``reward`` (the designer's reward over the whole window of K steps) runs after the last step; the designs it
+rewards are trained by a later generation's ``train`` (``designer.training_delay`` steps after this generation's
+first step), hence ``train``'s dependency on the previous generation's ``reward``; in the generation that holds the
+run's last step (``training.total_steps``) ``reward`` runs before the last ``train``, which trains this
+generation's designs too (:func:`flushes`).
 
 The Prefect flow (``flows/generation.py``), ``spade status`` and the local runner
 (:mod:`spade_core.pipeline.local`) iterate :data:`STAGES`. Adding a stage is one module under
-``spade_core/pipeline/stages/`` plus one line here.
+``spade_core/pipeline/stages/`` (an adapter: it reads its declared inputs, calls the library, writes its
+outputs) plus one declaration here; when it runs (``applies``) is a predicate of this module.
 """
 
 from __future__ import annotations
@@ -44,11 +45,36 @@ from spade_core.pipeline.stages import (
 from spade_core.stage_names import STEP_STAGES, instance_name
 from spade_core.steps import flush_step, top_up_steps
 from spade_core.store.schemas import SCHEMAS
+from spade_core.store.verdicts import DESIGN_STAGES, VALIDATION_STAGES
 
 
 def designing(cfg: SpadeConfig, gen: int) -> bool:
     """The designer stages run unless the run plays a fixed pool (the fixed-environment baseline)."""
     return not cfg.designer.fixed_pool
+
+
+def tops_up(cfg: SpadeConfig, gen: int) -> bool:
+    """The top-up before the pool (``topup``): rounds to run, at ``designer.top_up_at: pool``."""
+    return designing(cfg, gen) and cfg.designer.top_up_rounds > 0 and cfg.designer.top_up_at == "pool"
+
+
+def refills(cfg: SpadeConfig, gen: int) -> bool:
+    """The top-up at the pool's later steps (``refill``): ``designer.top_up_at: steps`` and a step to run a
+    round at (:func:`~spade_core.steps.top_up_steps`)."""
+    return bool(top_up_steps(cfg))
+
+
+def judges_novelty(cfg: SpadeConfig, gen: int) -> bool:
+    """The novelty stage runs when a check is on: ``memory.novelty_threshold``, or a parent to compare with
+    (``designer.mode`` mutate or parameters)."""
+    checks = cfg.memory.novelty_threshold is not None or cfg.designer.mode in ("mutate", "parameters")
+    return checks and designing(cfg, gen)
+
+
+def evaluation_due(cfg: SpadeConfig, gen: int) -> bool:
+    """Whether generation ``gen`` ends with an evaluation (``evaluation.every``; 0 = never)."""
+    every = cfg.evaluation.every
+    return every > 0 and gen % every == 0
 
 
 # What the judged designs are read from (:func:`spade_core.store.verdicts.final_designs`).
@@ -59,8 +85,8 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "design",
         design.run,
-        ("documents",),
-        ("memory", "train"),
+        inputs=("documents",),
+        previous=("memory", "train"),
         uses_model=True,
         retried=True,
         applies=designing,
@@ -70,7 +96,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "validate",
         validate.run,
-        ("design",),
+        inputs=("design",),
         uses_model=True,
         retried=True,
         shard_by="design",
@@ -81,40 +107,40 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "topup",
         topup.run,
-        ("design", "validate"),
-        ("memory", "train"),
+        inputs=("design", "validate"),
+        previous=("memory", "train"),
         uses_model=True,
         retried=True,
-        applies=topup.applies,
+        applies=tops_up,
         reads=("designs", "validations", "memory"),
         writes=("documents", "designs", "validations"),
     ),
     Stage(
         "novelty",
         novelty.run,
-        ("validate", "topup"),
-        ("memory",),
-        applies=novelty.applies,
+        inputs=("validate", "topup"),
+        previous=("memory",),
+        applies=judges_novelty,
         reads=("designs", "validations", "memory"),
         writes=("novelty",),
     ),
     Stage(
         "pool",
         pool.run,
-        ("validate", "topup", "novelty"),
-        ("memory", "train"),
+        inputs=("validate", "topup", "novelty"),
+        previous=("memory", "train"),
         reads=(*VERDICTS, "memory", "pool"),
         writes=("pool",),
     ),
-    Stage("hint", hint.run, ("pool",), uses_model=True, retried=True, reads=("pool",), writes=("hints",)),
+    Stage("hint", hint.run, inputs=("pool",), uses_model=True, retried=True, reads=("pool",), writes=("hints",)),
     Stage(
         "refill",
         topup.refill,
-        ("pool", "hint"),
-        ("memory",),
+        inputs=("pool", "hint"),
+        previous=("memory",),
         uses_model=True,
         retried=True,
-        applies=topup.refills,
+        applies=refills,
         per_step=True,
         carry=("train",),
         reads=("designs", "validations", "memory", "pool"),
@@ -123,7 +149,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "rollout",
         rollout.run,
-        ("pool", "hint", "refill"),
+        inputs=("pool", "hint", "refill"),
         uses_model=True,
         retried=True,
         shard_by="pool",
@@ -136,23 +162,25 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "score",
         score.run,
-        ("design", "validate", "topup", "novelty", "pool", "hint", "rollout"),
+        inputs=("design", "validate", "topup", "novelty", "pool", "hint", "rollout"),
+        first_step_only=True,
         reads=(*VERDICTS, "pool", "hints", "episodes"),
         writes=("env_scores",),
     ),
     Stage(
         "memory",
         memory.run,
-        ("pool", "rollout", "score"),
-        ("memory",),
+        inputs=("pool", "rollout", "score"),
+        previous=("memory",),
+        first_step_only=True,
         reads=("memory", "pool", "episodes", "env_scores"),
         writes=("memory",),
     ),
     Stage(
         "train",
         train.run,
-        ("memory", "rollout", "score"),
-        ("reward",),
+        inputs=("memory", "rollout", "score"),
+        previous=("reward",),
         retried=True,
         exclusive=True,
         per_step=True,
@@ -163,22 +191,56 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "reward",
         reward.run,
-        ("validate", "topup", "novelty", "pool", "hint", "refill", "rollout"),
-        ("reward",),
-        applies=reward.applies,
+        inputs=("validate", "topup", "novelty", "pool", "hint", "refill", "rollout"),
+        previous=("reward",),
+        applies=designing,
         reads=(*VERDICTS, "pool", "hints", "episodes", "designer_lp_state"),
         writes=("designer_rewards", "designer_lp_state"),
     ),
-    Stage("evaluate", evaluate.run, ("train",), retried=True, exclusive=True, applies=evaluate.due, writes=("evals",)),
+    Stage(
+        "evaluate",
+        evaluate.run,
+        inputs=("train",),
+        retried=True,
+        exclusive=True,
+        applies=evaluation_due,
+        writes=("evals",),
+    ),
 )
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 # The design chain: the stages declared before the first per-step one (:func:`chain_for` gives its instances).
 CHAIN: tuple[str, ...] = tuple(s.name for s in STAGES[: next(i for i, s in enumerate(STAGES) if s.per_step)])
-_UNKNOWN = {t for s in STAGES for t in (*s.reads, *s.writes)} - set(SCHEMAS) - {"checkpoint"}
-if _UNKNOWN:
-    raise RuntimeError(f"stages declare tables that do not exist: {sorted(_UNKNOWN)}")
-if {s.name for s in STAGES if s.per_step} != set(STEP_STAGES):
-    raise RuntimeError(f"per-step stages {sorted(s.name for s in STAGES if s.per_step)} != names.STEP_STAGES")
+
+
+class DeclarationError(RuntimeError):
+    """The stage declarations contradict each other or a fact stated elsewhere (a bug in :data:`STAGES`)."""
+
+
+def check_declarations(stages: tuple[Stage, ...]) -> None:
+    """Raise :class:`DeclarationError` unless ``stages`` agree with the facts stated elsewhere: the tables they
+    read and write exist (:data:`~spade_core.store.schemas.SCHEMAS`, or ``checkpoint``); the per-step stages are
+    :data:`~spade_core.stage_names.STEP_STAGES`; the stages declared inside the step block are exactly the
+    ``first_step_only`` ones; and the stages outside the steps that write ``designs`` and ``validations`` are
+    the ones :mod:`spade_core.store.verdicts` reads them from (the per-step top-ups are named by its callers)."""
+    unknown = {t for s in stages for t in (*s.reads, *s.writes)} - set(SCHEMAS) - {"checkpoint"}
+    if unknown:
+        raise DeclarationError(f"stages declare tables that do not exist: {sorted(unknown)}")
+    stepped = [i for i, s in enumerate(stages) if s.per_step]
+    if {stages[i].name for i in stepped} != set(STEP_STAGES):
+        raise DeclarationError(f"per-step stages {sorted(stages[i].name for i in stepped)} != names.STEP_STAGES")
+    inside = {s.name for s in stages[stepped[0] : stepped[-1] + 1] if not s.per_step}
+    once = {s.name for s in stages if s.first_step_only}
+    if once != inside:
+        raise DeclarationError(
+            f"the stages inside the step block {sorted(inside)} are not the first_step_only ones {sorted(once)}"
+        )
+    for table, named in (("designs", DESIGN_STAGES), ("validations", VALIDATION_STAGES)):
+        writers = tuple(s.name for s in stages if table in s.writes and not s.per_step)
+        if writers != named:
+            raise DeclarationError(f"stages writing {table} {writers} != spade_core.store.verdicts' {named}")
+
+
+check_declarations(STAGES)
 
 
 # What the design chain (the stages before the steps) of generation g stops waiting for when generations
@@ -215,9 +277,9 @@ def _instance(stage: Stage, step: int | None, last: int, cfg: SpadeConfig, chain
 
 
 def _runs_at(stage: Stage, cfg: SpadeConfig, step: int) -> bool:
-    """Whether a stage of the step block has an instance in step ``step``: a per-step stage in every step (the
-    top-up's ``refill`` only at :func:`~spade_core.steps.top_up_steps`), the others in step 0 only."""
-    if not stage.per_step:
+    """Whether a stage of the step block has an instance in step ``step``: a ``first_step_only`` stage in step 0
+    only, a per-step stage in every step (the top-up's ``refill`` only at :func:`~spade_core.steps.top_up_steps`)."""
+    if stage.first_step_only:
         return step == 0
     return step in top_up_steps(cfg) if stage.name == "refill" else True
 

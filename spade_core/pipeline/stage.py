@@ -68,8 +68,10 @@ class Stage:
         exclusive: needs the machine to itself (the trainer): held models are released before it runs.
         applies: whether the stage runs in generation ``gen`` of a run with this config.
         per_step: runs once per step ``k`` of the generation (``training.steps_per_generation``), as the
-            instance ``{name}-s{k}``; the stages declared between the first and the last per-step stage
-            run in step 0 only.
+            instance ``{name}-s{k}``.
+        first_step_only: runs in step 0 only, as a stage of the step block (its instance keeps the plain name):
+            ``score`` and ``memory``, whose regret and memory come from the pool's first plays. The registry
+            declares every such stage between the first and the last per-step stage, and only those.
         carry: per-step stages of step ``k - 1`` this one depends on (step ``k`` plays with the weights
             step ``k - 1`` trained).
         may_lag: a per-step stage that may use a checkpoint up to ``orchestration.max_staleness`` steps
@@ -91,6 +93,7 @@ class Stage:
     exclusive: bool = False
     applies: Callable[[SpadeConfig, int], bool] = always
     per_step: bool = False
+    first_step_only: bool = False
     carry: tuple[str, ...] = ()
     may_lag: bool = False
     step: int | None = None

@@ -6,19 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spade_core.config import SpadeConfig
 from spade_core.eval import evaluate_checkpoint
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 from spade_core.steps import first_step
 from spade_core.store.artifacts import WrittenFile
 from spade_core.store.checkpoints import checkpoint_complete
-
-
-def due(cfg: SpadeConfig, gen: int) -> bool:
-    """Whether generation ``gen`` ends with an evaluation (``evaluation.every``; 0 = never)."""
-    every = cfg.evaluation.every
-    return every > 0 and gen % every == 0
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:

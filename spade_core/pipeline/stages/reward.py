@@ -25,13 +25,12 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.config import SpadeConfig
 from spade_core.llm.base import Generator
 from spade_core.method.designer_reward import designer_rewards, env_reward_scale, late_top_up_rewards, window_inputs
 from spade_core.method.learning_potential import LearningPotentialState
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages.rollout import no_hint_plays
 from spade_core.play.hints import leaked_env_ids
+from spade_core.play.plays import no_hint_plays
 from spade_core.stage_names import instance_name
 from spade_core.steps import design_train_step, top_up_steps
 from spade_core.store.verdicts import final_designs
@@ -50,11 +49,6 @@ COLUMNS = [
     "reward",
     "train_step",
 ]
-
-
-def applies(cfg: SpadeConfig, gen: int) -> bool:
-    """Designs are rewarded unless the run plays a fixed pool."""
-    return not cfg.designer.fixed_pool
 
 
 def _lp_state(ctx: GenerationContext) -> LearningPotentialState:

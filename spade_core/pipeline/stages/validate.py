@@ -1,260 +1,23 @@
-"""Validate (docs/DESIGN.md §7 step 4): each shard of designs in the jail; a failed prompt is retried.
+"""Validate (docs/DESIGN.md §7 step 4): each shard of designs in the jail, failed prompts retried
+(:func:`spade_core.designer.retries.validate_with_retries`).
 
-Shard ``k`` validates exactly ``designs/design-{k}``. A design prompt has ``designer.max_attempts``
-attempts: after a failed one, the next is a repair (the first ``designer.repair_rounds`` retries: the
-error is fed back to the model) or a fresh design of the same skill from a fresh document (the authors'
-retry). Every retry is a new ``designs`` row of its own (same ``design_id``, ``attempt`` = its number,
-file ``designs/validate-{k}``), its document a ``documents`` row (file ``documents/validate-{k}``) and its verdict a new
-``validations`` row, so nothing the design stage wrote is ever rewritten. The verdict of a design is the
-one of its highest attempt (:func:`spade_core.store.verdicts.final_designs`); failed attempts are never
-trained on. Every attempt's code was repaired before it is validated here (``validation.code_repairs``;
-the ``repairs`` column of its design row says which repairs changed it). With ``validation.llm_validator``
-the stage's model then judges every tool-use design that passed (:mod:`spade_core.designer.llm_validator`); its
-verdict and reasoning go into the validation row, and a ``no`` makes the attempt ``unsolvable``, retried as
-any failed attempt. ``validation.reset_gate`` is off in generation 1, as the authors'.
-
-Deadlines (the authors' limits, settings; None: none): a reply past ``designer.attempt_deadline_s`` and a
-judgement past ``validation.llm_validator_deadline_s`` fail their attempt with ``error_type`` ``deadline``
-(retried as any failed attempt); a shard whose designs, with the design stage's time, run past
-``designer.batch_deadline_s`` starts no more retries and loses every design of its own (:func:`lose_batch`;
-theirs lose the whole batch of 24). A rerun shard starts its budget afresh.
+Shard ``k`` validates exactly ``designs/design-{k}`` and writes ``validate-{k}``: every retry, repairs and
+fresh designs alike, as its own ``designs`` rows (``attempt`` > 0), their fresh documents as ``documents``
+rows and every attempt's verdict as a ``validations`` row, so nothing the design stage wrote is ever
+rewritten. A shard whose designs, with the design stage's time, run past ``designer.batch_deadline_s`` starts
+no more retries and loses every design of its own; a rerun shard starts its budget afresh (:func:`batch_left`).
 """
 
 from __future__ import annotations
 
-import json
-import random
 from typing import Any
 
 import pandas as pd
 
-from spade_core.config import sampling_cut
-from spade_core.designer.corpus import sample_documents
-from spade_core.designer.deadline import DEADLINE, Clock, call_deadline, generate_within, is_late, start_clock
-from spade_core.designer.design import (
-    LATE_REPLY,
-    REPAIR_MODULE,
-    REPAIR_PARAMETERS,
-    design_row,
-    is_late_reply,
-    late_reply,
-    repair_messages,
-)
-from spade_core.designer.llm_validator import judge
-from spade_core.designer.mutation import parent_codes
-from spade_core.designer.parameters import ParameterError, make_variant
-from spade_core.envs.validate import validate_many
-from spade_core.hashing import short_hash
-from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
+from spade_core.designer.deadline import Clock, start_clock
+from spade_core.designer.retries import validate_with_retries
+from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.stages.design import generate_rows, prompt_for, with_repairs
-
-
-def validation_rows(
-    ctx: GenerationContext, designs: pd.DataFrame, generator: Generator | None = None
-) -> list[dict[str, Any]]:
-    """One ``validations`` row per design row (a reply without code is a ``syntax_error``); with
-    ``validation.llm_validator`` and a ``generator``, the tool-use designs that passed are judged too."""
-    with_code = designs[designs["code"].notna()]
-    cfg = ctx.cfg.validation
-    if ctx.gen == 1:  # the authors gate from the second pool on (rollout_id > 0, orchestrator.py:1139-1153)
-        cfg = cfg.model_copy(update={"reset_gate": False})
-    results = validate_many(list(with_code["code"]), cfg)
-    by_index = {i: r.as_row() for i, r in zip(with_code.index, results, strict=True)}
-    if cfg.llm_validator and generator is not None:
-        judged = [i for i, r in zip(with_code.index, results, strict=True) if r.ok and r.kind == "tool"]
-        judge_designs(ctx, [by_index[i] for i in judged], [str(designs.at[i, "code"]) for i in judged], generator)
-    parameters = ctx.cfg.designer.mode == "parameters"
-    parents = parent_codes(ctx.previous_memory()) if parameters and len(with_code) < len(designs) else {}
-    rows = []
-    for i, d in designs.iterrows():
-        error_type, message = "syntax_error", "no ```python block in the reply"
-        if is_late_reply(d.get("completion"), d.get("completion_ids")):  # no reply by its deadline
-            error_type, message = DEADLINE, str(d["completion"]).removeprefix(LATE_REPLY)
-        elif parameters and i not in by_index:  # why the reply made no variant: the parameters mode's own class
-            error_type, message = variant_failure(parents.get(str(d.get("parent_env_id"))), d, ctx)
-        row = by_index.get(i) or {
-            "env_id": None,
-            "ok": False,
-            "error_type": error_type,
-            "message": message,
-            "checks": {},
-            "seconds": 0.0,
-        }
-        rows.append({"design_id": d["design_id"], "attempt": int(d["attempt"]), **row})
-    return rows
-
-
-def variant_failure(parent_code: str | None, design: Any, ctx: GenerationContext) -> tuple[str, str]:
-    """``(error_type, message)`` of a parameters-mode design that has no code: its parent is unknown, a value
-    is beyond the bounds, the reply sets no parameter, or the variant does not parse."""
-    try:
-        make_variant(parent_code, str(design.get("completion") or ""), ctx.cfg.designer.max_parameter_items)
-    except ParameterError as exc:
-        return exc.error_type, str(exc)
-    return "syntax_error", "the reply made no variant of its parent"
-
-
-def judge_designs(ctx: GenerationContext, rows: list[dict[str, Any]], codes: list[str], generator: Generator) -> None:
-    """The LLM validator on designs that passed (:mod:`spade_core.designer.llm_validator`), in place on their
-    validation ``rows``: the verdict and reasoning, and a ``no`` turns the row into an ``unsolvable``."""
-    cfg = ctx.cfg.validation
-    params = SamplingParams.from_config(
-        ctx.cfg.model,
-        temperature=cfg.llm_validator_temperature,
-        max_new_tokens=cfg.llm_validator_max_new_tokens,
-        seed=ctx.seed,
-        **sampling_cut(ctx.cfg.model, cfg.llm_validator_top_p, cfg.llm_validator_top_k),
-    )
-    for row, judgement in zip(rows, judge(generator, codes, params, cfg.llm_validator_deadline_s), strict=True):
-        row["llm_verdict"], row["llm_reason"] = judgement.verdict, judgement.reason
-        row["checks"] = {**row["checks"], "llm_validator": judgement.keep}
-        if judgement.verdict == DEADLINE:  # the authors' 120 s: a judgement not back rejects the design
-            row.update(ok=False, error_type=DEADLINE, message=f"llm_validator: {judgement.reason}")
-        elif not judgement.keep:
-            last_line = judgement.reason.strip().splitlines()[-1][:300] if judgement.reason.strip() else ""
-            row.update(ok=False, error_type="unsolvable", message=f"llm_validator: judged impossible: {last_line}")
-
-
-def _repair(
-    ctx: GenerationContext,
-    failed: pd.DataFrame,
-    verdicts: list[dict[str, Any]],
-    generator: Generator,
-    attempt: int,
-    clock: Clock | None = None,
-) -> pd.DataFrame:
-    """The repaired replies of ``failed`` designs as new design rows with ``attempt`` (each within the design
-    deadlines, as :func:`~spade_core.pipeline.stages.design.generate_rows`)."""
-    params = SamplingParams.from_config(
-        ctx.cfg.model, max_new_tokens=ctx.cfg.designer.max_new_tokens, seed=ctx.seed + attempt, logprobs=True
-    )
-    parameters = ctx.cfg.designer.mode == "parameters"
-    parents = parent_codes(ctx.previous_memory()) if parameters else {}
-    ask = REPAIR_PARAMETERS if parameters else REPAIR_MODULE
-    requests = [
-        GenerationRequest(
-            messages=repair_messages(json.loads(d.prompt), d.completion, v["error_type"], v["message"] or "", ask)
-        )
-        for d, v in zip(failed.itertuples(), verdicts, strict=True)
-    ]
-    seconds, what = call_deadline(ctx.cfg.designer.attempt_deadline_s, clock)
-    replies = generate_within(generator, requests, params, seconds, what)
-    rows = []
-    for d, reply in zip(failed.itertuples(), replies, strict=True):
-        row = design_row(
-            design_id=d.design_id,
-            doc_id=d.doc_id,
-            group_id=d.group_id,
-            skill=d.skill,
-            messages=json.loads(d.prompt),
-            completion=late_reply(str(reply.error)) if is_late(reply) else reply.text,
-            model_ref=d.model_ref,
-            parent_env_id=getattr(d, "parent_env_id", None),
-            parent_code=parents.get(str(getattr(d, "parent_env_id", None))) if parameters else None,
-            parameters=parameters,
-            max_items=ctx.cfg.designer.max_parameter_items,
-        )
-        behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
-        repaired = with_repairs(row, ctx.cfg.validation.code_repairs)
-        rows.append({**repaired, "attempt": attempt, "policy_step": ctx.model_step, **behaviour})
-    return pd.DataFrame(rows)
-
-
-def fresh_documents(ctx: GenerationContext, count: int, shard: int, attempt: int) -> pd.DataFrame:
-    """``count`` documents for the retries of ``attempt`` in ``shard`` (seeded: a rerun samples the same)."""
-    corpus = ctx.cfg.corpus
-    if not corpus.enabled or count == 0:
-        return pd.DataFrame()
-    seed = int(short_hash(f"{ctx.seed}:retry:{shard}:{attempt}"), 16) % (2**31)
-    return sample_documents(
-        corpus.source,
-        count,
-        seed,
-        max(corpus.max_words, corpus.max_words_tool),
-        endpoint_url=ctx.cfg.store.endpoint_url,
-    )
-
-
-def _redesign(
-    ctx: GenerationContext, failed: pd.DataFrame, generator: Generator, shard: int, attempt: int, clock: Clock | None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Fresh designs of the ``failed`` designs' skills on fresh documents: (design rows, the documents)."""
-    documents = fresh_documents(ctx, len(failed), shard, attempt)
-    rng = random.Random(f"{ctx.seed}:{shard}:{attempt}")
-    memory = ctx.previous_memory()
-    prompts = [
-        prompt_for(ctx, str(d.skill), documents.iloc[i % len(documents)] if not documents.empty else None, memory, rng)
-        for i, d in enumerate(failed.itertuples())
-    ]
-    ids = [(str(d.design_id), str(d.group_id)) for d in failed.itertuples()]
-    seed = ctx.seed + 1000 * attempt + shard
-    return generate_rows(ctx, prompts, ids, generator, rng, attempt, seed, clock), documents
-
-
-def validate_with_retries(
-    ctx: GenerationContext,
-    designs: pd.DataFrame,
-    shard: int,
-    generator: Generator | None = None,
-    clock: Clock | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Validate ``designs``, retry the failed ones (repairs, then fresh designs; ``shard`` seeds their
-    documents) until valid or out of ``designer.max_attempts``. Returns (the retried design rows, every
-    validation row, the retries' fresh documents); writes nothing.
-
-    ``clock``: the batch's (``designer.batch_deadline_s``). No retry starts once it has passed, and when it has
-    passed by the end every design's last verdict becomes a ``deadline`` (:func:`lose_batch`): the authors
-    lose the whole batch at its limit."""
-    rows = validation_rows(ctx, designs, generator)
-    current = designs.reset_index(drop=True).to_dict("records")  # the newest attempt of each design
-    latest = list(rows)  # the newest verdict of each design in ``current``
-    retried: list[pd.DataFrame] = []
-    documents: list[pd.DataFrame] = []
-    attempts = ctx.cfg.designer.max_attempts if generator is not None else 1
-    for attempt in range(1, attempts):
-        failed = [i for i, r in enumerate(latest) if not r["ok"]]
-        if not failed or generator is None or (clock is not None and clock.passed()):
-            break
-        todo = pd.DataFrame([current[i] for i in failed])
-        if attempt <= ctx.cfg.designer.repair_rounds:
-            fixes = _repair(ctx, todo, [latest[i] for i in failed], generator, attempt, clock)
-        else:
-            fixes, docs = _redesign(ctx, todo, generator, shard, attempt, clock)
-            documents.append(docs)
-        verdicts = validation_rows(ctx, fixes, generator)  # only the retried designs are validated again
-        retried.append(fixes)
-        rows += verdicts
-        for i, fix, verdict in zip(failed, fixes.to_dict("records"), verdicts, strict=True):
-            current[i] = fix
-            latest[i] = verdict
-    if clock is not None and clock.passed():
-        lose_batch(rows, float(clock.seconds or 0.0))
-    retries = pd.concat(retried, ignore_index=True) if retried else pd.DataFrame()
-    fresh = [d for d in documents if not d.empty]
-    return retries, pd.DataFrame(rows), pd.concat(fresh, ignore_index=True) if fresh else pd.DataFrame()
-
-
-def lose_batch(rows: list[dict[str, Any]], seconds: float) -> None:
-    """In place: the last verdict of every design in ``rows`` becomes a ``deadline`` (the batch ran past
-    ``designer.batch_deadline_s``), valid ones included, as the authors' batch yields nothing at its limit
-    (``spade/core/orchestrator.py:1459-1475``); the checks it passed stay on the row.
-
-    >>> rows = [{"design_id": "a", "attempt": 0, "ok": False}, {"design_id": "a", "attempt": 1, "ok": True}]
-    >>> lose_batch(rows, 900.0)
-    >>> [(r["attempt"], r["ok"], r.get("error_type")) for r in rows]
-    [(0, False, None), (1, False, 'deadline')]
-    """
-    last: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        if row["design_id"] not in last or int(row["attempt"]) >= int(last[row["design_id"]]["attempt"]):
-            last[row["design_id"]] = row
-    for row in last.values():
-        row.update(
-            ok=False,
-            error_type=DEADLINE,
-            message=f"the design batch ran past designer.batch_deadline_s ({seconds:g} s)",
-        )
 
 
 def validate_shard(
@@ -264,10 +27,10 @@ def validate_shard(
     generator: Generator | None = None,
     clock: Clock | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`validate_with_retries` of one shard of designs; writes ``validate-{shard}`` of ``validations``,
-    of ``designs`` (the retries) and of ``documents`` (the retries' fresh documents). Returns (the retried
-    design rows, every validation row)."""
-    retries, rows, documents = validate_with_retries(ctx, designs, shard, generator, clock)
+    """:func:`~spade_core.designer.retries.validate_with_retries` of one shard of designs; writes
+    ``validate-{shard}`` of ``validations``, of ``designs`` (the retries) and of ``documents`` (the retries'
+    fresh documents). Returns (the retried design rows, every validation row)."""
+    retries, rows, documents = validate_with_retries(ctx.design_run(), designs, shard, generator, clock)
     ctx.write("documents", documents, shard)
     ctx.write("designs", retries, shard)
     return retries, ctx.write("validations", rows, shard)

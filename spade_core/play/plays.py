@@ -1,0 +1,104 @@
+"""The plays of a step (docs/DESIGN.md §7 step 6): which episodes an environment gets, with which seeds.
+
+Every no-hint play (``rollout.plays_no_hint`` [8] per environment, or ceil(G / pool size) with
+``training.global_batch_size`` G: :func:`no_hint_plays`) starts from a fresh seed of its own (:func:`play_seed`),
+so the plays of one environment are different instances; at step 0 only, ``rollout.plays_hint`` [16] hinted
+plays (never trained on) measure the regret. With ``designer.top_up_at: steps`` a step also plays the
+environments the top-ups of the steps so far added, which have no hint, so no hinted play. Every row carries
+the global step of the checkpoint that played it (``policy_step``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from spade_core.config import SpadeConfig
+from spade_core.hashing import short_hash
+from spade_core.llm.base import Generator
+from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+
+
+@dataclass(frozen=True)
+class PlayRun:
+    """What the plays (and hints) of one stage execution depend on.
+
+    Attributes:
+        cfg: the run's config.
+        run_id: the run (part of every play's seed).
+        gen: the generation.
+        seed: the generation's seed (the hint requests' sampling seeds derive from it).
+        step: the step ``k`` within the generation (None: a stage outside the steps, which plays as step 0).
+        policy_step: the checkpoint the model's rows come from (their ``policy_step`` column).
+    """
+
+    cfg: SpadeConfig
+    run_id: str
+    gen: int
+    seed: int
+    step: int | None
+    policy_step: int
+
+
+def play_seed(run: PlayRun, env_id: str, condition: str, play: int, step: int | None = None) -> int:
+    """The environment seed of one play: fresh per run, generation, step (default: the run's), environment,
+    condition and play."""
+    at = run.step if step is None else step
+    key = f"{run.cfg.seed}:{run.run_id}:{run.gen}:{at or 0}:{env_id}:{condition}:{play}"
+    return int(short_hash(key, 8), 16)
+
+
+def no_hint_plays(cfg: SpadeConfig, pool_size: int) -> int:
+    """No-hint plays per environment at every step: ``rollout.plays_no_hint``, or with
+    ``training.global_batch_size`` G set, ``ceil(G / pool size)`` as the authors
+    (``spade/core/orchestrator.py:2382``), so a pool of fewer environments still fills the batch.
+
+    >>> from spade_core.config import load_config
+    >>> cfg = load_config(None, overrides=["training.global_batch_size=192"])
+    >>> no_hint_plays(cfg, 24), no_hint_plays(cfg, 20), no_hint_plays(load_config(None), 20)
+    (8, 10, 8)
+    """
+    batch = cfg.training.global_batch_size
+    return cfg.rollout.plays_no_hint if batch is None or pool_size < 1 else math.ceil(batch / pool_size)
+
+
+def plan(run: PlayRun, envs: pd.DataFrame, hints: pd.DataFrame, pool_size: int) -> list[EpisodeSpec]:
+    """The plays of ``envs`` at the run's step: no-hint plays always, hinted plays at step 0 (with a hint).
+    ``pool_size``: the environments this step plays, for ceil(G / pool size)."""
+    cfg = run.cfg.rollout
+    hint_of = dict(zip(hints["env_id"], hints["hint"], strict=True)) if not hints.empty else {}
+    plays = no_hint_plays(run.cfg, pool_size) if run.cfg.training.global_batch_size else cfg.plays_no_hint
+    specs = []
+    for e in envs.itertuples():
+        specs += [
+            EpisodeSpec(e.env_id, e.code, play_seed(run, e.env_id, "no_hint", p), "no_hint", None, p)
+            for p in range(plays)
+        ]
+        hint = hint_of.get(e.env_id) or None
+        if hint and not run.step:
+            specs += [
+                EpisodeSpec(e.env_id, e.code, play_seed(run, e.env_id, "hint", p), "hint", hint, p)
+                for p in range(cfg.plays_hint)
+            ]
+    return specs
+
+
+def hint_seeds(run: PlayRun, env_id: str) -> list[int]:
+    """The seeds of an environment's hinted plays (whose solutions a hint must not leak)."""
+    return [play_seed(run, env_id, "hint", p, step=0) for p in range(run.cfg.rollout.plays_hint)]
+
+
+def rollouts(
+    run: PlayRun, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator, pool_size: int
+) -> pd.DataFrame:
+    """Every planned play of ``envs`` in one engine run, with the run's ``policy_step``."""
+    specs = plan(run, envs, hints, pool_size)
+    if not specs:
+        return pd.DataFrame()
+    frame = pd.DataFrame(RolloutEngine.from_config(run.cfg, generator).run(specs))
+    if "logprobs" not in frame.columns:
+        frame["logprobs"] = None  # a backend without log-probs: TIS leaves these samples unweighted
+    frame["policy_step"] = run.policy_step
+    return frame
