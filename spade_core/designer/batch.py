@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from spade_core.config import DesignerConfig, SpadeConfig, skill_kind
+from spade_core.designer.corpus import sample_documents
 from spade_core.designer.deadline import Clock, call_deadline, generate_within, is_late
 from spade_core.designer.design import design_messages, mutation_messages, parameters_messages, truncate_document
 from spade_core.designer.memory import Memory
@@ -67,6 +68,17 @@ class Prompt(NamedTuple):
     messages: list[dict[str, str]]
     parent_env_id: str | None = None
     parent_code: str | None = None
+
+
+def prompt_documents(cfg: SpadeConfig, count: int, seed: int) -> pd.DataFrame:
+    """``count`` corpus documents for design prompts, sampled with ``seed`` and cut to the longer of the two
+    word budgets (a prompt cuts its own to its kind's); none in the 'no corpus' ablation (``corpus.enabled``)."""
+    corpus = cfg.corpus
+    if not corpus.enabled:
+        return pd.DataFrame()
+    return sample_documents(
+        corpus.source, count, seed, max(corpus.max_words, corpus.max_words_tool), endpoint_url=cfg.store.endpoint_url
+    )
 
 
 def prompt_plan(cfg: DesignerConfig, gen: int) -> list[str]:

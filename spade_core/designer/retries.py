@@ -27,8 +27,7 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import sampling_cut
-from spade_core.designer.batch import DesignRun, generate_rows, prompt_for, with_repairs
-from spade_core.designer.corpus import sample_documents
+from spade_core.designer.batch import DesignRun, generate_rows, prompt_documents, prompt_for, with_repairs
 from spade_core.designer.deadline import DEADLINE, Clock, call_deadline, generate_within, is_late
 from spade_core.designer.design import REPAIR_MODULE, REPAIR_PARAMETERS, repair_messages
 from spade_core.designer.llm_validator import judge
@@ -154,17 +153,9 @@ def repair(
 
 def fresh_documents(run: DesignRun, count: int, shard: int, attempt: int) -> pd.DataFrame:
     """``count`` documents for the retries of ``attempt`` in ``shard`` (seeded: a rerun samples the same)."""
-    corpus = run.cfg.corpus
-    if not corpus.enabled or count == 0:
+    if count == 0:
         return pd.DataFrame()
-    seed = int(short_hash(f"{run.seed}:retry:{shard}:{attempt}"), 16) % (2**31)
-    return sample_documents(
-        corpus.source,
-        count,
-        seed,
-        max(corpus.max_words, corpus.max_words_tool),
-        endpoint_url=run.cfg.store.endpoint_url,
-    )
+    return prompt_documents(run.cfg, count, int(short_hash(f"{run.seed}:retry:{shard}:{attempt}"), 16) % (2**31))
 
 
 def redesign(
