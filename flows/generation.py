@@ -67,8 +67,8 @@ def run_pipeline(
     """The generation's stages (or only its design chain) as tasks of this flow run, reported as they go."""
     stages = chain_for(cfg, gen) if chain_only else stages_for(cfg, gen)
     report = Reporter(run_id, gen, [s.name for s in stages], listeners)
-    # The trainer and the evaluator load their own model: on a GPU the generator shares, they take turns.
-    shared = cfg.model.device != "cpu" and cfg.orchestration.devices_shared()
+    # The trainer and the evaluator load their own model: where the generator shares its memory, they take turns.
+    shared = cfg.orchestration.takes_turns(cfg.model.device)
     store = Store.from_config(cfg.store)
     records = run_generation_stages(cfg, store, run_id, gen, stages, Tasks(cfg, run_id, gen), Reported(report, shared))
     return records, report

@@ -764,6 +764,13 @@ class OrchestrationConfig(_Section):
     training_devices: list[int] | None = Field(
         None, description="CUDA devices of the trainer (None = all visible; shared with generation)."
     )
+    generator_during_update: Literal["auto", "kept", "released"] = Field(
+        "auto",
+        description="What the generator does while the trainer (or the evaluator) runs: 'released' = closed, "
+        "and loaded again on the new checkpoint after (the two take turns for the memory they share), 'kept' = "
+        "it stays (a vLLM server then takes the new weights in place), 'auto' = released on a GPU that "
+        "generation and training share, else kept.",
+    )
 
     @model_validator(mode="after")
     def _devices_split_or_shared(self) -> OrchestrationConfig:
@@ -782,6 +789,21 @@ class OrchestrationConfig(_Section):
         """Whether generation and training use the same devices (then a model is released before training)."""
         gen, train = self.generation_devices, self.training_devices
         return gen is None or train is None or set(gen) == set(train)
+
+    def takes_turns(self, device: str) -> bool:
+        """Whether the generator is released while the trainer runs (``generator_during_update``; auto: on a
+        GPU (``device``) that generation and training share).
+
+        >>> OrchestrationConfig().takes_turns("cpu"), OrchestrationConfig().takes_turns("cuda")
+        (False, True)
+        >>> OrchestrationConfig(generator_during_update="released").takes_turns("cpu")
+        True
+        >>> OrchestrationConfig(generation_devices=[0], training_devices=[1]).takes_turns("cuda")
+        False
+        """
+        if self.generator_during_update != "auto":
+            return self.generator_during_update == "released"
+        return device != "cpu" and self.devices_shared()
 
 
 class SpadeConfig(_Section):

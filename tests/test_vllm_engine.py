@@ -222,11 +222,20 @@ def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMG
     assert engine.restarts == restarts + 1 and engine.swaps[-1].method == "restart"
 
 
-def test_close_leaves_no_engine_process_behind(engine: VLLMGenerator) -> None:  # the module's last test
+def test_the_trainers_turn_closes_the_engine_and_leaves_no_process_behind(engine: VLLMGenerator) -> None:
+    # The module's last test. With orchestration.generator_during_update: released the flow holds a device turn
+    # around the update (on a CPU too): the pool closes its idle engine, which takes its whole process group,
+    # temporary files and model views with it, and loads none until the update is done.
     assert engine.server is not None and engine.server.proc is not None
     group, tmp, views = engine.server.proc.pid, engine._tmp, [Path(v) for v in engine._views.values()]
     assert tmp is not None and tmp.is_dir() and tmp.is_relative_to(cache_dir())  # the engine's files stay there
     assert views and all(v.is_dir() and v.is_relative_to(cache_dir()) for v in views)  # the tied model's view
-    engine.close()
-    left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
-    assert left == [] and not tmp.exists() and not any(v.exists() for v in views)
+    assert load_config("tiny", overrides=["orchestration.generator_during_update=released"]).orchestration.takes_turns(
+        "cpu"
+    )
+    models = ModelPool()
+    models.adopt(model_cfg(engine.model_path), engine)
+    with models.device_turn(shared=True):
+        assert models.loaded() == []
+        left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
+        assert left == [] and not tmp.exists() and not any(v.exists() for v in views)

@@ -40,7 +40,15 @@ log = logging.getLogger(__name__)
 _MARKER_PLACE = re.compile(r"/gen=(?P<gen>\d+)/stages/(?P<name>[^/]+)\.json$")
 
 # Settings that change how a run executes, not what it writes: free to change between generations.
-EXECUTION_ONLY = ("task_runner", "dask_address", "retries", "retry_delay_s", "generation_devices", "training_devices")
+EXECUTION_ONLY = (
+    "task_runner",
+    "dask_address",
+    "retries",
+    "retry_delay_s",
+    "generation_devices",
+    "training_devices",
+    "generator_during_update",
+)
 
 
 class StageRecord(BaseModel):
