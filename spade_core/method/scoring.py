@@ -1,6 +1,7 @@
 """Scoring (docs/DESIGN.md §7 step 7): the win rate and regret of every environment after step 0's plays
-(``env_scores``), and the designer reward variants' formulas, which the reward stage applies over the whole
-window (:mod:`spade_core.method.designer_reward`, ``designer_rewards``: the reward the designer is trained on).
+(``env_scores``: :func:`scored_envs` chooses the rows, :func:`score_environments` scores them), and the designer
+reward variants' formulas, which the reward stage applies over the whole window
+(:mod:`spade_core.method.designer_reward`, ``designer_rewards``: the reward the designer is trained on).
 
 Formulas (SPADE, arXiv 2608.19197, as summarised in docs/DESIGN.md §7 step 7; constants from
 :class:`~spade_core.config.ScoringConfig`, paper defaults in brackets)::
@@ -201,6 +202,33 @@ def _returns_by_env(episodes: pd.DataFrame) -> dict[tuple[str, str], list[float]
         raise ScoringError(f"episodes of env {env_id!r} have a non-finite episode_return")
     grouped = returns.groupby([kept["env_id"], kept["condition"]], sort=False)
     return {key: list(values) for key, values in grouped}
+
+
+def scored_envs(designs: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:
+    """The rows :func:`score_environments` scores (docs/method.md step 7): every design whose reply held code, with
+    ``valid`` its final verdict (a design without code has no environment), then the pool's environments that no
+    design of this generation made (``source`` replay, starter or fixed: ``valid`` True, no design).
+
+    Two designs with identical code share one env_id and each keep their row (and their reward).
+
+    >>> designs = pd.DataFrame({"design_id": ["d1", "d2", "d3"], "env_id": ["e1", None, "e3"],
+    ...                         "skill": ["logic"] * 3, "ok": [True, False, False]})
+    >>> pool = pd.DataFrame({"env_id": ["e1", "s1"], "skill": ["logic", "maths"], "source": ["design", "seed"]})
+    >>> scored_envs(designs, pool).values.tolist()
+    [['e1', 'd1', 'logic', True], ['e3', 'd3', 'logic', False], ['s1', None, 'maths', True]]
+    """
+    coded = designs[designs["env_id"].notna()]
+    new = pd.DataFrame(
+        {
+            "env_id": coded["env_id"],
+            "design_id": coded["design_id"],
+            "skill": coded["skill"],
+            "valid": coded["ok"].astype(bool),
+        }
+    )
+    others = pool[pool["source"] != "design"]
+    replay = pd.DataFrame({"env_id": others["env_id"], "design_id": None, "skill": others["skill"], "valid": True})
+    return pd.concat([new, replay], ignore_index=True)
 
 
 def score_environments(

@@ -1,8 +1,10 @@
 """Score (docs/DESIGN.md §7 step 7): win rate and regret of every environment and design, from step 0's plays.
 
-Every design whose reply held code gets its environment's row; designs without code have no environment.
-Replayed and fixed-pool environments get a row without a design. The designer's reward is the reward
-stage's (``designer_rewards``, over the whole window of steps).
+The stage reads the designs with their final verdicts (none with ``designer.fixed_pool``), the pool, step 0's
+plays and the leaking hints (with ``scoring.zero_leaked_regret``);
+:func:`~spade_core.method.scoring.scored_envs` chooses the rows (each design with code, then the pool's other
+environments) and :func:`~spade_core.method.scoring.score_environments` scores them into ``env_scores``. The
+designer's reward is the reward stage's (``designer_rewards``, over the whole window of steps).
 """
 
 from __future__ import annotations
@@ -12,29 +14,12 @@ from typing import Any
 import pandas as pd
 
 from spade_core.llm.base import Generator
-from spade_core.method.scoring import broken_env_ids, score_environments
+from spade_core.method.scoring import broken_env_ids, score_environments, scored_envs
 from spade_core.pipeline.context import GenerationContext
 from spade_core.play.hints import leaked_env_ids
 from spade_core.stage_names import instance_name
 
 EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type"]
-
-
-def scored_envs(designs: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:
-    """The rows to score: each design with code (``valid`` = its verdict), then the pool's other envs."""
-    coded = designs[designs["env_id"].notna()]
-    new = pd.DataFrame(
-        {
-            "env_id": coded["env_id"],
-            "design_id": coded["design_id"],
-            "skill": coded["skill"],
-            "valid": coded["ok"].astype(bool),
-        }
-    )
-    others = pool[pool["source"] != "design"]
-    replay = pd.DataFrame({"env_id": others["env_id"], "design_id": None, "skill": others["skill"], "valid": True})
-    # Two designs with identical code share one env_id and each keep their row (and reward).
-    return pd.concat([new, replay], ignore_index=True)
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
