@@ -212,9 +212,9 @@ def test_the_schedule_runs_a_stage_once_its_inputs_are_done_and_raises_the_first
 
     stages = [
         Stage("a", always),
-        Stage("b", always, ("a",)),
-        Stage("c", always, ("a",)),
-        Stage("d", always, ("b", "c")),
+        Stage("b", always, inputs=("a",)),
+        Stage("c", always, inputs=("a",)),
+        Stage("d", always, inputs=("b", "c")),
     ]
     both = threading.Barrier(2, timeout=10)  # b and c can only pass it together: they must run at once
     order: list[str] = []

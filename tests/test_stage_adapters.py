@@ -106,3 +106,18 @@ def test_the_reward_stage_runs_exactly_when_the_designer_stages_do() -> None:
     assert reward.applies is registry.designing and design.applies is registry.designing
     fixed = load_config("tiny", overrides=["designer.fixed_pool=seeds"])
     assert "reward" not in [s.name for s in stages_for(fixed, 1)]
+
+
+def test_a_per_step_stage_runs_in_the_steps_its_runs_at_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert registry.BY_NAME["refill"].runs_at is registry.top_up_steps
+    cfg = load_config("tiny", overrides=["training.steps_per_generation=3"])
+    monkeypatch.setattr(registry, "STAGES", _replaced("rollout", runs_at=lambda cfg: (0, 2)))
+    stages = {s.name: s for s in stages_for(cfg, 1)}
+    assert [name for name in stages if name.startswith("rollout")] == ["rollout-s0", "rollout-s2"]
+    # A step without the stage's instance leaves nothing to wait for there; the other steps keep the input.
+    assert "rollout-s1" not in stages["train-s1"].inputs and "rollout-s2" in stages["train-s2"].inputs
+
+
+def test_only_a_per_step_stage_may_declare_the_steps_it_runs_in() -> None:
+    with pytest.raises(DeclarationError, match="runs_at"):
+        check_declarations(_replaced("pool", runs_at=lambda cfg: (0,)))

@@ -47,7 +47,7 @@ def _generation(root: str, endpoint: str | None = None) -> tuple[GenerationConte
                 run.write("documents", _docs(3), 1)
 
         upstream = {records[-1].name: records[-1]} if records else {}
-        records.append(execute(Stage(name, body, tuple(upstream), writes=("documents",)), ctx, upstream))
+        records.append(execute(Stage(name, body, inputs=tuple(upstream), writes=("documents",)), ctx, upstream))
     return ctx, records
 
 
@@ -64,7 +64,7 @@ def _rerun(ctx: GenerationContext, records: list[StageRecord]) -> list[str]:
                 run.write("documents", _docs(3), 1)
 
         upstream = {previous.name: previous} if previous else {}
-        previous = execute(Stage(name, body, tuple(upstream), writes=("documents",)), ctx, upstream)
+        previous = execute(Stage(name, body, inputs=tuple(upstream), writes=("documents",)), ctx, upstream)
         statuses.append(previous.status)
     return statuses
 

@@ -7,13 +7,13 @@
 The per-step stages (``refill``, ``rollout``, ``train``) run once per step ``k`` of the generation as the instances
 ``rollout-s{k}``, ``train-s{k}``; ``score`` and ``memory``, declared between them with ``first_step_only``, run in
 step 0 only (the regret and the memory come from the pool's first plays), and ``refill`` (the pool's top-up with
-``designer.top_up_at: steps``) in the steps of :func:`~spade_core.steps.top_up_steps` only, as ``refill-s{k}``,
-with that step's checkpoint. :func:`stages_for` expands the declarations into the instances of one generation, in
-order. ``reward`` (the designer's reward over the whole window of K steps) runs after the last step; the designs it
-rewards are trained by a later generation's ``train`` (``designer.training_delay`` steps after this generation's
-first step), hence ``train``'s dependency on the previous generation's ``reward``; in the generation that holds the
-run's last step (``training.total_steps``) ``reward`` runs before the last ``train``, which trains this
-generation's designs too (:func:`flushes`).
+``designer.top_up_at: steps``) in the steps its declared ``runs_at`` gives only
+(:func:`~spade_core.steps.top_up_steps`), as ``refill-s{k}``, with that step's checkpoint. :func:`stages_for`
+expands the declarations into the instances of one generation, in order. ``reward`` (the designer's reward over the
+whole window of K steps) runs after the last step; the designs it rewards are trained by a later generation's
+``train`` (``designer.training_delay`` steps after this generation's first step), hence ``train``'s dependency on
+the previous generation's ``reward``; in the generation that holds the run's last step (``training.total_steps``)
+``reward`` runs before the last ``train``, which trains this generation's designs too (:func:`flushes`).
 
 The Prefect flow (``flows/generation.py``), ``spade status`` and the local runner
 (:mod:`spade_core.pipeline.local`) iterate :data:`STAGES`. Adding a stage is one module under
@@ -142,6 +142,7 @@ STAGES: tuple[Stage, ...] = (
         retried=True,
         applies=refills,
         per_step=True,
+        runs_at=top_up_steps,
         carry=("train",),
         reads=("designs", "validations", "memory", "pool"),
         writes=("documents", "designs", "validations", "pool"),
@@ -219,15 +220,19 @@ class DeclarationError(RuntimeError):
 def check_declarations(stages: tuple[Stage, ...]) -> None:
     """Raise :class:`DeclarationError` unless ``stages`` agree with the facts stated elsewhere: the tables they
     read and write exist (:data:`~spade_core.store.schemas.SCHEMAS`, or ``checkpoint``); the per-step stages are
-    :data:`~spade_core.stage_names.STEP_STAGES`; the stages declared inside the step block are exactly the
-    ``first_step_only`` ones; and the stages outside the steps that write ``designs`` and ``validations`` are
-    the ones :mod:`spade_core.store.verdicts` reads them from (the per-step top-ups are named by its callers)."""
+    :data:`~spade_core.stage_names.STEP_STAGES`, and only they may run in some steps only (``runs_at``); the stages
+    declared inside the step block are exactly the ``first_step_only`` ones; and the stages outside the steps that
+    write ``designs`` and ``validations`` are the ones :mod:`spade_core.store.verdicts` reads them from (the
+    per-step top-ups are named by its callers)."""
     unknown = {t for s in stages for t in (*s.reads, *s.writes)} - set(SCHEMAS) - {"checkpoint"}
     if unknown:
         raise DeclarationError(f"stages declare tables that do not exist: {sorted(unknown)}")
     stepped = [i for i, s in enumerate(stages) if s.per_step]
     if {stages[i].name for i in stepped} != set(STEP_STAGES):
         raise DeclarationError(f"per-step stages {sorted(stages[i].name for i in stepped)} != names.STEP_STAGES")
+    partial = sorted(s.name for s in stages if s.runs_at is not None and not s.per_step)
+    if partial:
+        raise DeclarationError(f"stages {partial} declare runs_at but are not per-step: they have no steps")
     inside = {s.name for s in stages[stepped[0] : stepped[-1] + 1] if not s.per_step}
     once = {s.name for s in stages if s.first_step_only}
     if once != inside:
@@ -278,10 +283,11 @@ def _instance(stage: Stage, step: int | None, last: int, cfg: SpadeConfig, chain
 
 def _runs_at(stage: Stage, cfg: SpadeConfig, step: int) -> bool:
     """Whether a stage of the step block has an instance in step ``step``: a ``first_step_only`` stage in step 0
-    only, a per-step stage in every step (the top-up's ``refill`` only at :func:`~spade_core.steps.top_up_steps`)."""
+    only, a per-step stage in the steps its ``runs_at`` gives (the top-up's ``refill``:
+    :func:`~spade_core.steps.top_up_steps`), or in every step without one."""
     if stage.first_step_only:
         return step == 0
-    return step in top_up_steps(cfg) if stage.name == "refill" else True
+    return stage.runs_at is None or step in stage.runs_at(cfg)
 
 
 def flushes(cfg: SpadeConfig, gen: int) -> bool:
@@ -313,10 +319,10 @@ def stages_for(cfg: SpadeConfig, gen: int) -> list[Stage]:
     for k in range(last + 1):
         out += [_instance(s, k, last, cfg, False) for s in applying[first:end] if _runs_at(s, cfg, k)]
     after = [_instance(s, None, last, cfg, False) for s in applying[end:]]
-    # A step without a top-up has no refill instance for its plays (or the reward) to wait for.
+    # A per-step stage with no instance in a step (its runs_at, or it does not apply) leaves none to wait for there.
     made = {s.name for s in (*out, *after)}
-    refills = {instance_name("refill", k) for k in range(last + 1)} - made
-    out, after = ([_without(s, refills) for s in part] for part in (out, after))
+    absent = {instance_name(s.name, k) for s in STAGES if s.per_step for k in range(last + 1)} - made
+    out, after = ([_without(s, absent) for s in part] for part in (out, after))
     if flushes(cfg, gen) and any(s.name == "reward" for s in after):
         reward = next(s for s in after if s.name == "reward")
         final = len(out) - 1  # the last train instance closes the step block

@@ -22,7 +22,8 @@ def dependencies(stages: list[Stage]) -> dict[str, set[str]]:
     """For each stage instance, the instances of the same list it waits for (its inputs that are there).
 
     >>> from spade_core.pipeline.stage import always
-    >>> deps = dependencies([Stage("a", always), Stage("b", always, ("a", "x")), Stage("c", always, ("a",))])
+    >>> stages = [Stage("a", always), Stage("b", always, inputs=("a", "x")), Stage("c", always, inputs=("a",))]
+    >>> deps = dependencies(stages)
     >>> {k: sorted(v) for k, v in deps.items()}
     {'a': [], 'b': ['a'], 'c': ['a']}
     """

@@ -2,7 +2,8 @@
 
 A :class:`Stage` says what the orchestration needs to know and nothing else: its name, the stages whose
 records it takes as inputs (of this generation, and of generation ``gen - 1``), whether it calls the model
-(it then gets a *lease* for the generator), whether it is retried, whether it shards, and when it applies.
+(it then gets a *lease* for the generator), whether it is retried, whether it shards, and when it applies
+(in which generations, and for a per-step stage in which steps). Everything after the body is keyword-only.
 The Prefect flow, ``spade status`` and the local runner all iterate :data:`spade_core.pipeline.registry.STAGES`.
 
 :func:`execute` is the resume rule (docs/DESIGN.md §10): the stage's marker, when it exists with the same
@@ -17,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any, cast
 
 from spade_core.config import SpadeConfig
@@ -69,6 +70,8 @@ class Stage:
         applies: whether the stage runs in generation ``gen`` of a run with this config.
         per_step: runs once per step ``k`` of the generation (``training.steps_per_generation``), as the
             instance ``{name}-s{k}``.
+        runs_at: a per-step stage that runs in some steps only: ``runs_at(cfg)`` gives those steps (``refill``:
+            :func:`~spade_core.steps.top_up_steps`); None: every step.
         first_step_only: runs in step 0 only, as a stage of the step block (its instance keeps the plain name):
             ``score`` and ``memory``, whose regret and memory come from the pool's first plays. The registry
             declares every such stage between the first and the last per-step stage, and only those.
@@ -85,6 +88,7 @@ class Stage:
 
     name: str
     body: Body
+    _: KW_ONLY
     inputs: tuple[str, ...] = ()
     previous: tuple[str, ...] = ()
     uses_model: bool = False
@@ -93,6 +97,7 @@ class Stage:
     exclusive: bool = False
     applies: Callable[[SpadeConfig, int], bool] = always
     per_step: bool = False
+    runs_at: Callable[[SpadeConfig], Collection[int]] | None = None
     first_step_only: bool = False
     carry: tuple[str, ...] = ()
     may_lag: bool = False
