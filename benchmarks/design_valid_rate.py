@@ -9,8 +9,9 @@ a design that copies its parent is ``not_novel``, as the novelty stage rules. No
 prompt), so the rate is the designer's first-try rate (docs/DESIGN.md §7 steps 2-4).
 
 ``--before REV`` measures the prompt of git revision REV as well, in a subprocess that imports the code of
-that revision (exported with ``git archive``) and runs this same script: the same seeds, documents,
-skills and sampling seeds, only the prompt code differs. Per run one line per seed, then a summary:
+that revision (exported with ``git archive``) and runs that revision's own copy of this script, which calls the
+functions of its time: the same seeds, documents, skills and sampling seeds, only the prompt code differs. Per run
+one line per seed, then a summary:
 
     seed=0 valid=2/8 errors=exception:3,syntax_error:3 seconds=210
     valid=5/24 rate=0.208 errors=... minutes=11.2
@@ -135,12 +136,16 @@ def measure(args: argparse.Namespace) -> str:
 
 
 def measure_revision(rev: str, args: argparse.Namespace) -> str:
-    """The summary line of this script run on the code of git revision ``rev`` (exported, never checked out)."""
+    """The summary line of git revision ``rev``'s copy of this script run on that revision's code (exported, never
+    checked out): this copy's imports name the functions of today, which an older revision may not have."""
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="spade-before-") as tree:
         archive = subprocess.run(["git", "-C", str(repo), "archive", rev], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        cmd = [sys.executable, __file__, "--preset", args.preset, "--attempts", str(args.attempts)]
+        script = Path(tree) / "benchmarks" / Path(__file__).name
+        if not script.is_file():
+            raise SystemExit(f"revision {rev} has no benchmarks/{script.name} to measure it with")
+        cmd = [sys.executable, str(script), "--preset", args.preset, "--attempts", str(args.attempts)]
         cmd += ["--seeds", *map(str, args.seeds), *[a for kv in args.set for a in ("--set", kv)]]
         if args.out:
             cmd += ["--out", f"{args.out}.before"]

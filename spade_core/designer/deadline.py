@@ -16,7 +16,7 @@ runs and every reply of a call that took longer than the deadline is late: the s
 call only returns later (abandoning it would leave it running on the same model as the next call).
 
 A :class:`Clock` is a batch's budget: the time left bounds each call within it, and once it has passed the
-batch's designs are lost (:mod:`spade_core.pipeline.stages.validate`).
+batch's designs are lost (:mod:`spade_core.designer.retries`).
 """
 
 from __future__ import annotations
