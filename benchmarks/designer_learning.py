@@ -9,7 +9,8 @@ The test bed (``data/configs/designer-bench.yaml``; docs/method.md, "Baselines a
   the same parent's parameter block (``_NAMES``, ``_WORDS``), and the designer writes new values; the
   length of ``_NAMES`` is the number of people whose boxed answers the observation lists, one of whom is
   asked for: the difficulty, a length the 135M designer varies as it fills the list with the document's
-  words. The family is the designer's library parent for every game skill (:func:`family_as_parent`), and
+  words. The family is the designer's library parent for every game skill (the preset's ``designer.parents:
+  difficulty``), and
   ``memory.positive_win_rate`` in the preset admits no memory entry as a parent, so every generation mutates
   the same parent and the difficulty a design has is the value the designer wrote;
 - ``designer.skills_per_generation: 1``: all of a generation's designs share one skill, so the per-skill
@@ -52,20 +53,16 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (docs/DESIGN.md §8, "CPU threads")
 
 import argparse
-import contextlib
 import math
 import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from spade_core.config import GAME_SKILLS, SpadeConfig, load_config
-from spade_core.designer import mutation
+from spade_core.config import SpadeConfig, load_config
 from spade_core.designer.parameters import make_variant, parameters_of
 from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
 from spade_core.llm import make_generator
@@ -96,31 +93,6 @@ def family() -> SeedEnv:
     """The parent of the test bed: the one environment of ``data/seed_envs/difficulty/``."""
     (env,) = load_seed_envs(FAMILY_DIR)
     return env
-
-
-@contextlib.contextmanager
-def family_as_parent() -> Iterator[SeedEnv]:
-    """Within the block, the family is the library parent of every game skill, in this process.
-
-    A parameter mutation takes its parent from the memory, else from the library: the starter, then the seed
-    environment of the prompt's skill (:func:`spade_core.designer.mutation.choose_parent`). No setting names
-    another library, and the family is no seed of the 12-environment library, so the test bed puts it first
-    among the starters the mutation module reads (``parent_codes`` then finds it too, for the novelty and
-    validation stages). Only the mutation module sees it; the pool's starters (``rollout.starter_envs``) and
-    the seed library are unchanged.
-    """
-    env = family()
-    own = [replace(env, skill=skill) for skill in GAME_SKILLS]
-    starters = mutation.load_starter_envs
-
-    def with_family(limit: int | None = None) -> list[SeedEnv]:
-        return own + starters(limit)
-
-    mutation.load_starter_envs = with_family  # type: ignore[attr-defined]
-    try:
-        yield env
-    finally:
-        mutation.load_starter_envs = starters  # type: ignore[attr-defined]
 
 
 def people_shown(code: str) -> int | None:
@@ -173,8 +145,7 @@ def run_arm(root: str, arm: str, args: argparse.Namespace) -> None:
     cfg = config(root, arm, args.roles, args)
     run_id = run_ids(args.roles)[arm]
     log(f"{run_id}: designer.train={cfg.designer.train}, training.roles={cfg.training.roles}, {cfg.config_hash()}")
-    with family_as_parent():
-        run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, args.generations + 1)), watch=StageLog(log))
+    run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, args.generations + 1)), watch=StageLog(log))
     log(f"{run_id}: done")
 
 

@@ -198,6 +198,13 @@ class DesignerConfig(_Section):
         "data/seed_envs/multiturn/ as the prompt's example) [off; on in paper-tool-use, as the authors' "
         "SPADE_MULTITURN_ENV_GEN].",
     )
+    parents: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9_]+$",
+        description="mutate/parameters: a folder of data/seed_envs whose environments are the library parents of "
+        "every mutation, each the parent of every skill of its kind (e.g. 'difficulty', the designer test bed's "
+        "family); None = the starters, then the seed library. The memory's parents still come first.",
+    )
     parent_max_similarity: float = Field(
         0.9,
         gt=0,
@@ -295,6 +302,13 @@ class DesignerConfig(_Section):
         128, ge=1, description="RLVE pools: plays at the top difficulty before the accuracy is judged [128]."
     )
     rlve_d_delta: int = Field(4, ge=1, description="RLVE pools: difficulty levels the window spans [4].")
+
+    @field_validator("parents")
+    @classmethod
+    def _parents_folder(cls, folder: str | None) -> str | None:
+        if folder is not None and not any((data_dir("seed_envs") / folder).glob("*__*.py")):
+            raise ValueError(f"no seed environment (skill__name.py) in data/seed_envs/{folder}")
+        return folder
 
 
 CodeRepair = Literal["fstring_braces", "stdlib_imports"]  # the registry of spade_core/designer/repairs.py

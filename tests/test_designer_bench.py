@@ -1,6 +1,6 @@
 """The designer's test bed: its parent family passes the validator in the jail at every difficulty, the
-preset holds the sizes the benchmark states, and the benchmark's seam makes the family every game skill's
-parent for as long as it is open (benchmarks/designer_learning.py)."""
+preset holds the sizes the benchmark states (benchmarks/designer_learning.py), and ``designer.parents`` makes the
+family every game skill's library parent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_core.config import GAME_SKILLS, MemoryConfig, ValidationConfig, load_config
+from spade_core.config import GAME_SKILLS, ConfigError, MemoryConfig, ValidationConfig, load_config
 from spade_core.designer import mutation
 from spade_core.designer.memory import Memory, MemoryEntry
 from spade_core.designer.parameters import make_variant, parameter_block
@@ -59,20 +59,21 @@ def test_the_preset_has_the_sizes_the_test_bed_needs() -> None:
     assert cfg.rollout.starter_envs == 0 and cfg.rollout.replay_envs == 0
 
 
-def test_the_family_is_every_game_skills_parent_inside_the_seam_only() -> None:
-    bench = _bench()
+def test_the_family_is_every_game_skills_parent_where_the_config_names_it() -> None:
     cfg = load_config("designer-bench")
+    assert cfg.designer.parents == "difficulty"
     memory = Memory(cfg.memory)
     # an in-band played design of the family: the preset's band admits no memory entry as a parent
     variant = make_variant(FAMILY.code, "_NAMES = ['Ann']")
     memory.add(MemoryEntry("e" * 16, "logical_deduction", "game", variant, 0.5, 0.3, 1))
-    with bench.family_as_parent() as env:
-        for skill in GAME_SKILLS:
-            parent = mutation.choose_parent(memory, skill, random.Random(0), parameters=True)
-            assert (parent.env_id, parent.code) == (env.env_id, env.code)
-        assert mutation.parent_codes(memory)[env.env_id] == env.code
+    for skill in GAME_SKILLS:
+        parent = mutation.choose_parent(memory, skill, random.Random(0), parameters=True, parents="difficulty")
+        assert (parent.env_id, parent.code, parent.source) == (FAMILY.env_id, FAMILY.code, "seed")
+    assert mutation.parent_codes(memory, "difficulty")[FAMILY.env_id] == FAMILY.code
     outside = mutation.choose_parent(Memory(MemoryConfig()), "optimization", random.Random(0), parameters=True)
     assert outside.env_id != FAMILY.env_id and FAMILY.env_id not in mutation.parent_codes(Memory(MemoryConfig()))
+    with pytest.raises(ConfigError, match=r"no seed environment .* in data/seed_envs/nowhere"):
+        load_config("designer-bench", overrides=["designer.parents=nowhere"])
 
 
 def test_people_shown_is_the_distinct_names_capped_by_the_words() -> None:

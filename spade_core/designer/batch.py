@@ -106,14 +106,14 @@ def prompt_from_text(
             text, cfg.corpus.max_words_tool if skill_kind(skill) == "tool" else cfg.corpus.max_words
         )
     if cfg.designer.mode == "mutate":
-        parent = choose_parent(memory, skill, rng)
+        parent = choose_parent(memory, skill, rng, parents=cfg.designer.parents)
         code = without_docstring(parent.code)
         messages = mutation_messages(
             text, skill, cfg.designer.difficulty, code, parent.win_rate, cfg.designer.system_prompt
         )
         return Prompt(doc_id, skill, messages, parent.env_id)
     if cfg.designer.mode == "parameters":
-        parent = choose_parent(memory, skill, rng, parameters=True)
+        parent = choose_parent(memory, skill, rng, parameters=True, parents=cfg.designer.parents)
         messages = parameters_messages(text, parameter_block(parent.code))
         return Prompt(doc_id, skill, messages, parent.env_id, parent.code)
     positives = memory.positives(skill, cfg.designer.memory_positive, rng)

@@ -10,7 +10,9 @@ still edit one that loads. The parent is:
    skill when one is, else of any skill of the prompt's kind; drawn at random among the ``PARENT_POOL``
    highest-regret ones;
 2. else a library environment: the starter of the skill, else any starter of the kind (short modules a
-   135M model can copy-edit whole), else the seed environment of the skill, else any of the kind.
+   135M model can copy-edit whole), else the seed environment of the skill, else any of the kind; with
+   ``designer.parents`` the library is that folder of ``data/seed_envs`` alone (the designer test bed's
+   one family, parent of every skill of its kind).
 
 Parameter mutation (``designer.mode: parameters``, :mod:`spade_core.designer.parameters`) takes its parent by the
 same rules among environments that have parameters, except that the library is searched by skill first
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from spade_core.config import skill_kind
 from spade_core.designer.memory import Memory
 from spade_core.designer.parameters import parameters_of
-from spade_core.envs.seeds import load_seed_envs, load_starter_envs
+from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs, load_starter_envs
 
 PARENT_POOL = 10  # parents are drawn from the top 10 in-band memory entries by regret
 
@@ -47,13 +49,28 @@ class Parent:
     source: str  # "memory" | "starter" | "seed"
 
 
-def choose_parent(memory: Memory, skill: str, rng: random.Random, *, parameters: bool = False) -> Parent:
+def library(parents: str | None = None) -> list[tuple[SeedEnv, str]]:
+    """The library environments a mutation may start from, with their source: the starters then the seed
+    library, or with ``designer.parents`` only the environments of that folder of ``data/seed_envs``.
+
+    >>> [(env.skill, source) for env, source in library("difficulty")]
+    [('logical_deduction', 'seed')]
+    """
+    if parents is not None:
+        return [(e, "seed") for e in load_seed_envs(SEED_DIR / parents)]
+    return [(e, "starter") for e in load_starter_envs()] + [(e, "seed") for e in load_seed_envs()]
+
+
+def choose_parent(
+    memory: Memory, skill: str, rng: random.Random, *, parameters: bool = False, parents: str | None = None
+) -> Parent:
     """The parent of one mutate prompt for ``skill`` (the rules of the module doc).
 
     ``parameters`` (``designer.mode: parameters``): only environments with parameters
     (:func:`spade_core.designer.parameters.parameters_of`) qualify, and the library is searched for the skill first
     (starter, then seed) and only then for the kind, since the prompt shows the parameters, not the module,
-    so a long seed of the right skill costs the designer nothing.
+    so a long seed of the right skill costs the designer nothing. ``parents`` (``designer.parents``): the
+    library is that folder's environments (:func:`library`).
     """
     kind = skill_kind(skill)
     lo, hi = memory.cfg.positive_win_rate
@@ -64,11 +81,9 @@ def choose_parent(memory: Memory, skill: str, rng: random.Random, *, parameters:
             top = sorted(candidates, key=lambda e: -e.regret)[:PARENT_POOL]
             entry = rng.choice(top)
             return Parent(entry.env_id, entry.skill, entry.code, entry.win_rate, "memory")
-    starters = [e for e in load_starter_envs() if usable(e.code)]
-    seeds = [e for e in load_seed_envs() if usable(e.code)]
-    library = [(e, "starter") for e in starters] + [(e, "seed") for e in seeds]
-    of_skill = [(e, source) for e, source in library if e.skill == skill]
-    of_kind = [(e, source) for e, source in library if e.kind == kind]
+    usable_library = [(e, source) for e, source in library(parents) if usable(e.code)]
+    of_skill = [(e, source) for e, source in usable_library if e.skill == skill]
+    of_kind = [(e, source) for e, source in usable_library if e.kind == kind]
     # parameters: the prompt shows the parameters only, so a long seed of the skill costs nothing;
     # mutate: the whole module, so a short starter of the kind comes before a long seed of the skill
     order = of_skill + of_kind if parameters else sorted(of_skill + of_kind, key=lambda pair: pair[1] != "starter")
@@ -107,8 +122,9 @@ def parent_similarity(code: str, parent: str) -> float:
     return difflib.SequenceMatcher(None, _normalised(code), _normalised(parent), autojunk=False).ratio()
 
 
-def parent_codes(memory: Memory) -> dict[str, str]:
-    """Every environment a mutation may have started from, by env_id: the memory's and the library's."""
-    codes = {e.env_id: e.code for e in [*load_seed_envs(), *load_starter_envs()]}
+def parent_codes(memory: Memory, parents: str | None = None) -> dict[str, str]:
+    """Every environment a mutation may have started from, by env_id: the memory's and the library's
+    (:func:`library`)."""
+    codes = {e.env_id: e.code for e, _source in library(parents)}
     codes.update({e.env_id: e.code for e in memory})
     return codes

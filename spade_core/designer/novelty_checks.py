@@ -78,7 +78,8 @@ def novelty_verdicts(valid: pd.DataFrame, memory: Memory, cfg: SpadeConfig) -> p
     frames = []
     if cfg.designer.mode in ("mutate", "parameters") and "parent_env_id" in valid.columns:
         parameters = cfg.designer.mode == "parameters"
-        copies = parent_rows(valid, parent_codes(memory), cfg.designer.parent_max_similarity, parameters)
+        codes = parent_codes(memory, cfg.designer.parents)
+        copies = parent_rows(valid, codes, cfg.designer.parent_max_similarity, parameters)
         frames.append(copies)
         valid = valid[~valid["design_id"].isin(copies.loc[~copies["novel"], "design_id"])]
     if cfg.memory.novelty_threshold is not None:

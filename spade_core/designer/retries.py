@@ -52,7 +52,9 @@ def validation_rows(run: DesignRun, designs: pd.DataFrame, generator: Generator 
         judged = [i for i, r in zip(with_code.index, results, strict=True) if r.ok and r.kind == "tool"]
         judge_designs(run, [by_index[i] for i in judged], [str(designs.at[i, "code"]) for i in judged], generator)
     parameters = run.cfg.designer.mode == "parameters"
-    parents = parent_codes(run.memory()) if parameters and len(with_code) < len(designs) else {}
+    parents = (
+        parent_codes(run.memory(), run.cfg.designer.parents) if parameters and len(with_code) < len(designs) else {}
+    )
     max_items = run.cfg.designer.max_parameter_items
     rows = []
     for i, d in designs.iterrows():
@@ -120,7 +122,7 @@ def repair(
         cfg.model, max_new_tokens=cfg.designer.max_new_tokens, seed=run.seed + attempt, logprobs=True
     )
     parameters = cfg.designer.mode == "parameters"
-    parents = parent_codes(run.memory()) if parameters else {}
+    parents = parent_codes(run.memory(), cfg.designer.parents) if parameters else {}
     ask = REPAIR_PARAMETERS if parameters else REPAIR_MODULE
     requests = [
         GenerationRequest(
