@@ -177,6 +177,7 @@ def test_eval_command_scores_a_checkpoint_and_rejects_unknown_suites(tiny_model_
     both = runner.invoke(cli(), ["eval", "--checkpoint", tiny_model_dir, "--run-id", "r", "--gen", "1"])
     assert both.exit_code == 2 and "not both" in both.output
     args = ["--suite", "reasoning_gym", "--limit", "2", "--max-new-tokens", "4", "--store", str(tmp_path)]
+    args += ["--set", "model.backend=transformers"]  # tiny's engine is tests/test_vllm_engine.py's
     shown = runner.invoke(cli(), ["eval", "--checkpoint", tiny_model_dir, "--json", *args])
     assert shown.exit_code == 0, shown.output
     rows = [json.loads(line) for line in shown.stdout.splitlines()]

@@ -25,8 +25,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.usefixtur
 
 REPO = Path(__file__).resolve().parent.parent
 # The cheapest generation that still runs every stage: one short design (validated, most likely invalid),
-# two replayed seed environments in one-environment rollout shards, short plays, no training.
+# two replayed seed environments in one-environment rollout shards, short plays, no training; on the
+# transformers backend (tiny's vLLM engine takes a minute to start: tests/test_vllm_engine.py runs it).
 OVERRIDES = [
+    "model.backend=transformers",
     "designer.documents_per_generation=1",
     "designer.group_size=1",
     "designer.max_new_tokens=24",

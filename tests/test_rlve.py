@@ -225,6 +225,7 @@ def test_a_tiny_fixed_rlve_run_end_to_end(tmp_path: Path, micro_model_dir: str) 
     overrides = [
         f"store.root={tmp_path}",
         f"model.name_or_path={micro_model_dir}",
+        "model.backend=transformers",
         "designer.fixed_pool=rlve:Sorting,Multiplication",
         "rollout.plays_hint=0",
         "rollout.max_tokens_per_turn=8",

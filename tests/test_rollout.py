@@ -163,6 +163,8 @@ def test_spade_rollout_cli_json(tmp_path: Path) -> None:
             "rollout.max_turns=1",
             "--set",
             "rollout.max_tokens_per_turn=8",
+            "--set",
+            "model.backend=transformers",  # tiny's engine is tests/test_vllm_engine.py's
         ],
     )
     assert result.exit_code == 0, result.output
