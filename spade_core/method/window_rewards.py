@@ -26,7 +26,7 @@ the rows they apply to. Pure functions over frames; no store, no model.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple
 
 import pandas as pd
@@ -83,8 +83,8 @@ def window_rewards(
     designs: pd.DataFrame,
     later: Mapping[str, int],
     episodes: pd.DataFrame,
-    leaked: Collection[str],
-    agent_plays: int,
+    leaked: Callable[[], Collection[str]],
+    agent_plays: Callable[[], int],
     cfg: SpadeConfig,
     gen: int,
     state: LearningPotentialState,
@@ -97,9 +97,11 @@ def window_rewards(
         later: design_id -> the step whose top-up designed it (none without ``designer.top_up_at: steps``).
         episodes: every play of the window's K steps (``env_id``, ``condition``, ``episode_return``,
             ``error_type``, ``policy_step``).
-        leaked: environments whose stored hint still leaks the solution (empty unless
+        leaked: gives the environments whose stored hint still leaks the solution (none unless
             ``scoring.zero_leaked_regret``): no regret term.
-        agent_plays: the agent's no-hint plays of one step (pool size x plays per environment), n_agent.
+        agent_plays: gives n_agent, the agent's no-hint plays of one step (pool size x plays per environment).
+            Both are called only when some design is rewarded: a generation with nothing valid or nothing played
+            reads neither its hints nor its pool.
         cfg: the run's config (K, the scoring settings, the training delay and total steps).
         gen: the generation.
         state: the learning-potential state before this generation (:func:`state_before`).
@@ -113,7 +115,8 @@ def window_rewards(
     >>> plays = [(e, "no_hint", r, s) for e, rs in (("e1", [0, 0, 1, 1]), ("e2", [1, 1, 1, 1]))
     ...          for r, s in zip(rs, [0, 0, 1, 1])] + [("e1", "hint", 1.0, 0), ("e2", "hint", 1.0, 0)]
     >>> episodes = pd.DataFrame(plays, columns=["env_id", "condition", "episode_return", "policy_step"])
-    >>> rows, _, info = window_rewards(designs, {}, episodes, (), 16, cfg, 1, state_before(pd.DataFrame(), cfg.scoring))
+    >>> state = state_before(pd.DataFrame(), cfg.scoring)
+    >>> rows, _, info = window_rewards(designs, {}, episodes, lambda: (), lambda: 16, cfg, 1, state)
     >>> rows[["design_id", "window_win_rate", "regret", "raw", "reward", "train_step"]].values.tolist()
     [['d1', 0.5, 1.0, 1.0, 8.0, 2], ['d2', 1.0, 0.0, 0.0, -8.0, 2]]
     >>> info["scale"], info["failed_prompts"], info["rewarded"]
@@ -130,9 +133,10 @@ def window_rewards(
     window = window_inputs(episodes[episodes["env_id"].isin(set(valid["env_id"]))])
     broken = sorted(window.loc[window["n_no_hint"] == 0, "env_id"])  # no usable no-hint play: unrewarded
     usable = window[window["n_no_hint"] > 0].copy()
-    usable.loc[usable["env_id"].isin(leaked), "r_hint"] = float("nan")  # a hint that still leaks: no regret
+    usable.loc[usable["env_id"].isin(leaked()), "r_hint"] = float("nan")  # a hint that still leaks: no regret
     envs = first.merge(usable, on="env_id", how="inner")
-    scale = env_reward_scale(agent_plays, len(envs), k, cfg.scoring.reward_scale_cap) if len(envs) else 0.0
+    n_agent = agent_plays()
+    scale = env_reward_scale(n_agent, len(envs), k, cfg.scoring.reward_scale_cap) if len(envs) else 0.0
     frame, new_state = designer_rewards(envs, cfg.scoring.designer_reward, cfg.scoring, scale, state)
     frame = frame.assign(train_step=design_train_step(cfg, gen))
     late = valid[valid["design_id"].isin(later)].merge(usable, on="env_id", how="inner")

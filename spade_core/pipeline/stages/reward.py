@@ -1,16 +1,18 @@
 """Reward (docs/DESIGN.md §7 step 7): the designer's reward of each valid design, over the whole window.
 
 Runs after the generation's last step, when every play of the window exists. The stage reads the designs with
-their final verdicts (the later steps' top-ups, ``refill-s{k}``, among them), every play of the K steps, the
-leaking hints (with ``scoring.zero_leaked_regret``), the pool and the learning-potential state the previous
-generation's reward stage stored; :func:`spade_core.method.window_rewards.window_rewards` computes the rows
-(the formulas and which designs they apply to are there), and the stage writes them to ``designer_rewards``
-with the new state to ``designer_lp_state``. :func:`spade_core.train.step.build_batch` trains the rows at
-their ``train_step``.
+their final verdicts (the later steps' top-ups, ``refill-s{k}``, among them), every play of the K steps and the
+learning-potential state the previous generation's reward stage stored, and hands the library the leaking hints
+(with ``scoring.zero_leaked_regret``) and the agent's plays per step to read when some design is rewarded;
+:func:`spade_core.method.window_rewards.window_rewards` computes the rows (the formulas and which designs they
+apply to are there), and the stage writes them to ``designer_rewards`` with the new state to
+``designer_lp_state``. :func:`spade_core.train.step.build_batch` trains the rows at their ``train_step``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from functools import partial
 from typing import Any
 
 from spade_core.llm.base import Generator
@@ -34,19 +36,29 @@ def made_later(ctx: GenerationContext) -> dict[str, int]:
     return made
 
 
+def leaked(ctx: GenerationContext) -> Collection[str]:
+    """The environments whose stored hint still leaks the solution (none without ``scoring.zero_leaked_regret``)."""
+    if not ctx.cfg.scoring.zero_leaked_regret:
+        return frozenset()
+    return leaked_env_ids(ctx.read("hints", ["hint"], ["env_id", "leaks_solution"]))
+
+
+def agent_plays(ctx: GenerationContext) -> int:
+    """The agent's no-hint plays of one step: the pool's environments times each one's plays."""
+    size = len(ctx.pool())
+    return size * no_hint_plays(ctx.cfg, size)
+
+
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     cfg = ctx.cfg
     refills = [instance_name("refill", s) for s in top_up_steps(cfg)]
     designs = final_designs(ctx.store, ctx.run_id, ctx.gen, steps=refills)
     steps = [instance_name("rollout", s) for s in range(cfg.training.steps_per_generation)]
     episodes = ctx.read("episodes", steps, EPISODE_COLUMNS)
-    hints = ctx.read("hints", ["hint"], ["env_id", "leaks_solution"]) if cfg.scoring.zero_leaked_regret else None
-    leaked = leaked_env_ids(hints) if hints is not None else frozenset()
-    pool = len(ctx.pool())
-    previous = ctx.read_previous("designer_lp_state", ctx.stage).drop(columns=["run_id", "gen"], errors="ignore")
-    state = state_before(previous, cfg.scoring)  # this stage's own file of generation gen - 1
+    previous = ctx.read_previous("designer_lp_state", ctx.stage)  # this stage's own file of generation gen - 1
+    state = state_before(previous.drop(columns=["run_id", "gen"], errors="ignore"), cfg.scoring)
     rows, new_state, info = window_rewards(
-        designs, made_later(ctx), episodes, leaked, pool * no_hint_plays(cfg, pool), cfg, ctx.gen, state
+        designs, made_later(ctx), episodes, partial(leaked, ctx), partial(agent_plays, ctx), cfg, ctx.gen, state
     )
     ctx.write("designer_rewards", rows)
     ctx.write("designer_lp_state", new_state.to_frame())
