@@ -106,7 +106,8 @@ def window_rewards(
         gen: the generation.
         state: the learning-potential state before this generation (:func:`state_before`).
 
-    Two designs of one skill over a window of K = 2 steps, one env of 4 no-hint plays each with 1 hinted play:
+    Two valid designs of one skill and one without code, over a window of K = 2 steps; each environment has two
+    no-hint plays per step and one hinted play (at step 0):
 
     >>> from spade_core.config import load_config
     >>> cfg = load_config(None, overrides=["training.steps_per_generation=2", "scoring.designer_reward=regret"])
