@@ -11,6 +11,7 @@ valid designs to the pool the step plays (:func:`added_pool_rows`).
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -80,6 +81,39 @@ def design_round(
     designs = pd.concat([f for f in (first, retries) if not f.empty], ignore_index=True)
     final = verdicts.sort_values(["design_id", "attempt"]).drop_duplicates("design_id", keep="last")
     return designs, verdicts, concat([docs, retry_docs]), final
+
+
+@dataclass(frozen=True)
+class TopUp:
+    """What the rounds before the pool wrote, and where they left the count (:func:`top_up`)."""
+
+    designs: pd.DataFrame
+    validations: pd.DataFrame
+    documents: pd.DataFrame
+    valid: set[str]  # the distinct valid env_ids after the rounds, those before them included
+    rounds: int  # the rounds that ran
+    designed: int  # the designs they asked for
+
+
+def top_up(
+    run: DesignRun, model: Generator, valid: set[str], skills: list[str], memory: Memory, rounds: int, target: int
+) -> TopUp:
+    """Rounds 1, 2, ... ``rounds`` before the pool's first play, each designing what ``valid`` still misses of
+    ``target`` (:func:`design_round`), until none is missing."""
+    valid = set(valid)
+    designs, validations, documents = [], [], []
+    ran = designed = 0
+    for r in range(1, rounds + 1):
+        count = missing(valid, target)
+        if count == 0:
+            break
+        ran, designed = r, designed + count
+        round_designs, verdicts, docs, final = design_round(run, model, r, count, skills, memory)
+        designs.append(round_designs)
+        validations.append(verdicts)
+        documents.append(docs)
+        valid |= set(final.loc[final["ok"], "env_id"])
+    return TopUp(concat(designs), concat(validations), concat(documents), valid, ran, designed)
 
 
 def added_pool_rows(designs: pd.DataFrame, final: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from spade_core.designer.batch import prompt_plan
-from spade_core.designer.rounds import added_pool_rows, concat, design_round, missing, round_skills
+from spade_core.designer.rounds import added_pool_rows, design_round, missing, round_skills, top_up
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
 
@@ -31,31 +31,19 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     cfg = ctx.cfg.designer
     judged = ctx.final_designs(novelty=False)
     valid = set(judged.loc[judged["ok"], "env_id"]) if not judged.empty else set()
-    before = len(valid)
     skills = round_skills(judged, prompt_plan(cfg, ctx.gen))
-    memory = ctx.previous_memory()
-    designs, validations, documents = [], [], []
-    rounds = designed = 0
-    for r in range(1, cfg.top_up_rounds + 1):
-        count = missing(valid, cfg.documents_per_generation)
-        if count == 0:
-            break
-        rounds = r
-        round_designs, verdicts, docs, final = design_round(ctx.design_run(), model, r, count, skills, memory)
-        designed += count
-        designs.append(round_designs)
-        validations.append(verdicts)
-        documents.append(docs)
-        valid |= set(final.loc[final["ok"], "env_id"])
-    ctx.write("documents", concat(documents))
-    ctx.write("designs", concat(designs))
-    ctx.write("validations", concat(validations))
+    done = top_up(
+        ctx.design_run(), model, valid, skills, ctx.previous_memory(), cfg.top_up_rounds, cfg.documents_per_generation
+    )
+    ctx.write("documents", done.documents)
+    ctx.write("designs", done.designs)
+    ctx.write("validations", done.validations)
     return {
-        "valid_before": before,
-        "valid": len(valid),
+        "valid_before": len(valid),
+        "valid": len(done.valid),
         "target": cfg.documents_per_generation,
-        "rounds": rounds,
-        "designed": designed,
+        "rounds": done.rounds,
+        "designed": done.designed,
     }
 
 
