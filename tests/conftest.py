@@ -23,14 +23,6 @@ S3_ENV = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with slow tests run first, each module's tests in their own order. ``make test`` runs with
-    ``--dist loadfile`` (a module to one worker): a long module collected last (the S3 resume, 3.5 min) ran
-    alone at the end of the suite while the other worker idled."""
-    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
