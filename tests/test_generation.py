@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from samples import as_stage, design_row, run_body, write_stage
 
@@ -212,6 +213,31 @@ def test_no_corpus_ablation_designs_without_documents(tmp_path: Path, micro_gene
     docs = ctx.store.read_table("documents", ctx.run_id, ctx.gen, stages=["documents"])
     designs = as_stage(ctx, "design", lambda run: design(run, docs, micro_generator, Memory.seeded(cfg.memory)))
     assert docs.empty and designs["doc_id"].isna().all() and "<document>" not in designs["prompt"][0]
+
+
+def test_a_trained_arm_and_its_ablation_on_one_seed_make_the_same_designs_and_plays(
+    tmp_path: Path, micro_generator
+) -> None:  # type: ignore[no-untyped-def]
+    """Two runs of one store on the same seed, the designer trained in one and not in the other: until their
+    weights part (here: never, one model), every sample is the same, designs and plays alike."""
+    store = Store(str(tmp_path))
+    made = {}
+    for run_id, train in (("trained", "true"), ("ablation", "false")):
+        cfg = load_config("tiny", overrides=[*OVERRIDES, f"store.root={tmp_path}", f"designer.train={train}"])
+        run_generation(cfg, store, run_id, 1, lambda: fixed_lease(micro_generator))
+        ctx = GenerationContext(cfg, store, run_id, 1)
+        designs = ctx.read("designs", ["design", "validate"]).sort_values(["doc_id", "attempt"])
+        episodes = ctx.read("episodes", ["rollout-s0"]).sort_values(["env_id", "condition", "seed"])
+        made[run_id] = (
+            designs[["doc_id", "skill", "completion", "code"]].reset_index(drop=True),
+            episodes[["env_id", "condition", "seed", "episode_return", "transcript"]].reset_index(drop=True),
+            [list(ids) for ids in episodes["token_ids"]],
+        )
+    (designs, episodes, ids), (same_designs, same_episodes, same_ids) = made["trained"], made["ablation"]
+    assert len(designs) and len(episodes)
+    pd.testing.assert_frame_equal(designs, same_designs)
+    pd.testing.assert_frame_equal(episodes, same_episodes)
+    assert ids == same_ids
 
 
 def test_spade_envs_list_and_show(tmp_path: Path) -> None:

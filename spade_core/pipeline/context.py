@@ -212,7 +212,7 @@ class GenerationContext:
 
     def play_run(self) -> PlayRun:
         """What this execution's plays and hints depend on (:mod:`spade_core.play.plays`)."""
-        return PlayRun(self.cfg, self.run_id, self.gen, self.seed, self.step, self.model_step)
+        return PlayRun(self.cfg, self.gen, self.seed, self.step, self.model_step)
 
     def step_pool(self, upto: int | None = None) -> pd.DataFrame:
         """The pool as step ``upto`` (default: this execution's step) plays it: the pool stage's rows, then the rows

@@ -27,7 +27,6 @@ class PlayRun:
 
     Attributes:
         cfg: the run's config.
-        run_id: the run (part of every play's seed).
         gen: the generation.
         seed: the generation's seed (the hint requests' sampling seeds derive from it).
         step: the step ``k`` within the generation (None: a stage outside the steps, which plays as step 0).
@@ -35,7 +34,6 @@ class PlayRun:
     """
 
     cfg: SpadeConfig
-    run_id: str
     gen: int
     seed: int
     step: int | None
@@ -43,10 +41,20 @@ class PlayRun:
 
 
 def play_seed(run: PlayRun, env_id: str, condition: str, play: int, step: int | None = None) -> int:
-    """The environment seed of one play: fresh per run, generation, step (default: the run's), environment,
-    condition and play."""
+    """The environment seed of one play: fresh per generation, step (default: the run's), environment,
+    condition and play, from the config's ``seed``; not from the run id, so two runs on the same seed (an
+    ablation beside its trained arm) play the same seeds until their weights part.
+
+    >>> from spade_core.config import load_config
+    >>> run = PlayRun(load_config(None), 1, 0, 0, 0)
+    >>> play_seed(run, "e", "no_hint", 0) == play_seed(run, "e", "no_hint", 1)
+    False
+    >>> other = PlayRun(load_config(None, overrides=["seed=1"]), 1, 0, 0, 0)
+    >>> play_seed(run, "e", "no_hint", 0) == play_seed(other, "e", "no_hint", 0)
+    False
+    """
     at = run.step if step is None else step
-    key = f"{run.cfg.seed}:{run.run_id}:{run.gen}:{at or 0}:{env_id}:{condition}:{play}"
+    key = f"{run.cfg.seed}:{run.gen}:{at or 0}:{env_id}:{condition}:{play}"
     return int(short_hash(key, 8), 16)
 
 
