@@ -34,7 +34,7 @@ from spade_core.designer.replies import design_id_for, design_row, late_reply
 from spade_core.designer.skills import skills_for_generation
 from spade_core.envs.contract import env_id_for
 from spade_core.envs.seeds import multiturn_example
-from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
+from spade_core.llm.base import Completion, GenerationRequest, Generator, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,26 @@ def with_repairs(row: dict[str, Any], repairs: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def reply_row(run: DesignRun, completion: Completion, attempt: int, **design: Any) -> dict[str, Any]:
+    """The ``designs`` row of one reply, first attempt or retry alike: :func:`~spade_core.designer.replies.design_row`
+    of its text (``design``: the row's ids, prompt and parent; a reply past its deadline is stored without
+    code), its code repaired (:func:`with_repairs`), its ``attempt``, checkpoint, token ids and log-probs."""
+    cfg = run.cfg
+    row = design_row(
+        completion=late_reply(str(completion.error)) if is_late(completion) else completion.text,
+        parameters=cfg.designer.mode == "parameters",
+        max_items=cfg.designer.max_parameter_items,
+        **design,
+    )
+    return {
+        **with_repairs(row, cfg.validation.code_repairs),
+        "attempt": attempt,
+        "policy_step": run.policy_step,
+        "completion_ids": list(completion.token_ids) or None,
+        "logprobs": completion.logprobs,
+    }
+
+
 def generate_rows(
     run: DesignRun,
     prompts: list[Prompt],
@@ -179,30 +199,22 @@ def generate_rows(
     requests = [GenerationRequest(messages=p.messages, seed=rng.getrandbits(31)) for p in prompts]
     seconds, what = call_deadline(cfg.designer.attempt_deadline_s, clock)
     completions = generate_within(generator, requests, sampling(cfg, seed), seconds, what)
-    rows = []
-    for prompt, (design_id, group_id), completion in zip(prompts, ids, completions, strict=True):
-        row = design_row(
+    rows = [
+        reply_row(
+            run,
+            completion,
+            attempt,
             design_id=design_id,
             doc_id=prompt.doc_id,
             group_id=group_id,
             skill=prompt.skill,
             messages=prompt.messages,
-            completion=late_reply(str(completion.error)) if is_late(completion) else completion.text,
             model_ref=generator.model_ref,
             parent_env_id=prompt.parent_env_id,
             parent_code=prompt.parent_code,
-            parameters=cfg.designer.mode == "parameters",
-            max_items=cfg.designer.max_parameter_items,
         )
-        rows.append(
-            {
-                **with_repairs(row, cfg.validation.code_repairs),
-                "attempt": attempt,
-                "policy_step": run.policy_step,
-                "completion_ids": list(completion.token_ids) or None,
-                "logprobs": completion.logprobs,
-            }
-        )
+        for prompt, (design_id, group_id), completion in zip(prompts, ids, completions, strict=True)
+    ]
     return pd.DataFrame(rows)
 
 

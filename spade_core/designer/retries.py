@@ -27,13 +27,13 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import sampling_cut
-from spade_core.designer.batch import DesignRun, generate_rows, prompt_documents, prompt_for, with_repairs
-from spade_core.designer.deadline import DEADLINE, Clock, call_deadline, generate_within, is_late
+from spade_core.designer.batch import DesignRun, generate_rows, prompt_documents, prompt_for, reply_row
+from spade_core.designer.deadline import DEADLINE, Clock, call_deadline, generate_within
 from spade_core.designer.design import REPAIR_MODULE, REPAIR_PARAMETERS, repair_messages
 from spade_core.designer.llm_validator import judge
 from spade_core.designer.mutation import parent_codes
 from spade_core.designer.parameters import ParameterError, make_variant
-from spade_core.designer.replies import LATE_REPLY, design_row, is_late_reply, late_reply
+from spade_core.designer.replies import LATE_REPLY, is_late_reply
 from spade_core.envs.validate import validate_many
 from spade_core.hashing import short_hash
 from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
@@ -132,24 +132,22 @@ def repair(
     ]
     seconds, what = call_deadline(cfg.designer.attempt_deadline_s, clock)
     replies = generate_within(generator, requests, params, seconds, what)
-    rows = []
-    for d, reply in zip(failed.itertuples(), replies, strict=True):
-        row = design_row(
+    rows = [
+        reply_row(
+            run,
+            reply,
+            attempt,
             design_id=d.design_id,
             doc_id=d.doc_id,
             group_id=d.group_id,
             skill=d.skill,
             messages=json.loads(d.prompt),
-            completion=late_reply(str(reply.error)) if is_late(reply) else reply.text,
             model_ref=d.model_ref,
             parent_env_id=getattr(d, "parent_env_id", None),
             parent_code=parents.get(str(getattr(d, "parent_env_id", None))) if parameters else None,
-            parameters=parameters,
-            max_items=cfg.designer.max_parameter_items,
         )
-        behaviour = {"completion_ids": list(reply.token_ids) or None, "logprobs": reply.logprobs}
-        repaired = with_repairs(row, cfg.validation.code_repairs)
-        rows.append({**repaired, "attempt": attempt, "policy_step": run.policy_step, **behaviour})
+        for d, reply in zip(failed.itertuples(), replies, strict=True)
+    ]
     return pd.DataFrame(rows)
 
 
