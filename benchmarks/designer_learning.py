@@ -31,12 +31,15 @@ last line is
 
     blend_last_trained=A±a blend_last_ablation=B±b band_share_trained=C band_share_ablation=D generations=G minutes=M
 
-where "last" pools the designs of the last third of the generations (at least one). ``--roles both`` runs
-the same pair through the whole loop (the agent trained too; runs ``...-loop``).
+where "last" pools the designs of the last third of the generations (at least one). Before it, for the
+trained arm, a table of the designer's updates says what each trained on and how large it was (samples, those
+with a non-zero advantage, the mean absolute advantage, tokens, loss, gradient norm, KL): the signal per
+update when the arms do not part. ``--summary-only --store DIR`` prints the tables of runs already there.
+``--roles both`` runs the same pair through the whole loop (the agent trained too; runs ``...-loop``).
 
     .venv/bin/python benchmarks/designer_learning.py [--generations 6] [--designs 8] [--plays 8] [--hinted 16]
         [--curve-plays 16] [--curve-values 1,2,3,4,6,8,12] [--no-curve | --curve-only] [--roles designer|both]
-        [--store DIR] [--serial] [--set key=value ...] [--keep-checkpoints]
+        [--store DIR] [--serial] [--set key=value ...] [--keep-checkpoints] [--summary-only --store DIR]
 
 The smallest run that goes through every path (a curve, two generations, a designer update, both arms):
 ``--generations 2 --designs 2 --plays 2 --hinted 2 --curve-plays 2 --curve-values 1,4``.
@@ -97,16 +100,17 @@ def family() -> SeedEnv:
 
 def people_shown(code: str) -> int | None:
     """The difficulty of a family variant: the people its observation lists (the distinct names, capped by
-    the distinct words, as the environment caps them); None when the code lacks either list.
+    the distinct non-blank words, at least one, as the environment counts them); None when the code lacks
+    either list.
 
     >>> people_shown('_NAMES = ["Ann", "Ben", "Ann"]\\n_WORDS = ["a", "b", "c"]\\n')
     2
     """
     params = parameters_of(code)
-    lists = [params.get("_NAMES"), params.get("_WORDS")]
-    if not all(isinstance(v, list) for v in lists):
+    names, words = params.get("_NAMES"), params.get("_WORDS")
+    if not isinstance(names, list) or not isinstance(words, list):
         return None
-    return min(len({str(v) for v in items}) for items in lists)
+    return max(1, min(len({str(v) for v in names}), len({str(v) for v in words if str(v).strip()})))
 
 
 def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeConfig:
@@ -218,6 +222,39 @@ def arm_rows(root: str, run_id: str, generations: int) -> tuple[list[dict[str, A
     return rows, frames
 
 
+def designer_updates(root: str, run_id: str) -> pd.DataFrame:
+    """What each of the run's designer updates trained on and how large it was: per global step, the designer
+    samples, those with a non-zero advantage, the mean |advantage|, the trained tokens, the loss, the
+    gradient norm before clipping and the step's KL (``train_samples``, ``train_metrics``)."""
+    store = Store(root)
+    samples = store.read_table("train_samples", run_id, columns=["step", "role", "advantage", "tokens"])
+    samples = samples[samples["role"] == "designer"]
+    metrics = store.read_table("train_metrics", run_id, columns=["role", "step", "loss", "grad_norm", "kl"])
+    metrics = metrics[metrics["role"] == "designer"].set_index("step")
+    if samples.empty:
+        return pd.DataFrame(columns=["step", "samples", "nonzero", "mean_abs_adv", "tokens", "loss", "grad_norm", "kl"])
+    frame = samples.groupby("step").agg(
+        samples=("advantage", "size"),
+        nonzero=("advantage", lambda a: int((a != 0).sum())),
+        mean_abs_adv=("advantage", lambda a: float(a.abs().mean())),
+        tokens=("tokens", "sum"),
+    )
+    return frame.join(metrics[["loss", "grad_norm", "kl"]], how="left").reset_index()
+
+
+def updates_table(frame: pd.DataFrame) -> str:
+    lines = [
+        "| step | samples | non-zero advantage | mean abs advantage | tokens | loss | grad norm | KL |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in frame.itertuples():
+        lines.append(
+            f"| {r.step} | {r.samples} | {r.nonzero} | {fmt(r.mean_abs_adv)} | {r.tokens} | {fmt(r.loss, 4)} "
+            f"| {fmt(r.grad_norm, 3)} | {fmt(r.kl, 4)} |"
+        )
+    return "\n".join(lines)
+
+
 def fmt(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
@@ -259,9 +296,16 @@ def main() -> int:
     parser.add_argument("--serial", action="store_true", help="Run the arms here, one after the other.")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="Extra config override.")
     parser.add_argument("--keep-checkpoints", action="store_true", help="Keep the runs' checkpoints.")
+    parser.add_argument(
+        "--summary-only", action="store_true", help="Run nothing: print the tables of the runs already in --store."
+    )
     args = parser.parse_args()
     if args.generations < 1 or args.designs < 1:
         parser.error("--generations and --designs must be >= 1")
+    if args.summary_only and not args.store:
+        parser.error("--summary-only needs --store, the store the runs wrote")
+    if args.summary_only:
+        args.no_curve = True
     root = args.store or tempfile.mkdtemp(prefix="spade-designer-learning-")
     os.makedirs(root, exist_ok=True)
     load = os.getloadavg()[0]
@@ -281,7 +325,9 @@ def main() -> int:
     if args.only:
         run_arm(root, args.only, args)
         return 0
-    if args.serial:
+    if args.summary_only:
+        pass
+    elif args.serial:
         for arm in ids:
             run_arm(root, arm, args)
     else:
@@ -295,15 +341,17 @@ def main() -> int:
         print(
             f"\n{run_id} (designer.train={arm == 'trained'}, training.roles={args.roles}):\n{table(rows)}", flush=True
         )
+        if arm == "trained":
+            print(f"\n{run_id}: the designer's updates\n{updates_table(designer_updates(root, run_id))}", flush=True)
         if not args.keep_checkpoints:
             drop_checkpoints(Store(root), run_id)
     (a, sa, c), (b, sb, d) = summary["trained"], summary["ablation"]
     log(f"report: spade report {ids['trained']} --baseline {ids['ablation']} --store {root}")
-    minutes = (time.perf_counter() - T0) / 60
+    minutes = math.nan if args.summary_only else (time.perf_counter() - T0) / 60
     print(
         f"blend_last_trained={fmt(a)}±{fmt(sa)} blend_last_ablation={fmt(b)}±{fmt(sb)} "
         f"band_share_trained={fmt(c, 2)} band_share_ablation={fmt(d, 2)} generations={args.generations} "
-        f"minutes={minutes:.1f}"
+        f"minutes={fmt(minutes, 1)}"
     )
     return 0
 

@@ -10,6 +10,7 @@ import random
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from spade_core.config import GAME_SKILLS, ConfigError, MemoryConfig, ValidationConfig, load_config
@@ -18,6 +19,8 @@ from spade_core.designer.memory import Memory, MemoryEntry
 from spade_core.designer.parameters import make_variant, parameter_block
 from spade_core.envs.seeds import SEED_DIR, load_seed_envs
 from spade_core.envs.validate import validate_code
+from spade_core.store.artifacts import Store
+from spade_core.store.schemas import SCHEMAS
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "designer_learning.py"
 (FAMILY,) = load_seed_envs(SEED_DIR / "difficulty")
@@ -82,3 +85,43 @@ def test_people_shown_is_the_distinct_names_capped_by_the_words() -> None:
     assert bench.people_shown(make_variant(FAMILY.code, "_NAMES = ['A', 'B', 'A', 'C']")) == 3
     assert bench.people_shown(make_variant(FAMILY.code, f"_NAMES = {NAMES!r}\n_WORDS = ['x', 'y']")) == 2
     assert bench.people_shown("_SIZE = 3\n") is None
+
+
+def test_people_shown_counts_as_the_environment_does_at_the_edges() -> None:
+    bench = _bench()
+    # blank words are dropped, and an empty list still shows one person (the environment's fallback)
+    assert bench.people_shown("_NAMES = ['A', 'B', 'C']\n_WORDS = ['x', ' ', 'y']\n") == 2
+    assert bench.people_shown("_NAMES = []\n_WORDS = ['x', 'y']\n") == 1
+    assert bench.people_shown("_NAMES = 'Ann'\n_WORDS = ['x']\n") is None
+
+
+def test_the_designer_updates_table_reads_what_each_update_trained_on(tmp_path: Path) -> None:
+    bench, store = _bench(), Store(str(tmp_path))
+    samples = pd.DataFrame(
+        {
+            "step": [2, 2, 2, 2, 4],
+            "role": ["designer", "designer", "designer", "agent", "designer"],
+            "group_id": ["g"] * 5,
+            "source_id": ["a", "b", "c", "d", "e"],
+            "env_id": ["e"] * 5,
+            "skill": ["logical_deduction"] * 5,
+            "reward": [0.5, 0.0, 0.0, 1.0, 0.2],
+            "advantage": [0.4, -0.2, 0.0, 1.0, -0.1],
+            "behaviour_step": [0, 0, 0, 1, 2],
+            "tokens": [100, 110, 90, 50, 120],
+        }
+    )
+    metrics = pd.DataFrame({"role": ["designer", "agent"], "step": [2, 2], "loss": [0.01, 0.02]})
+    metrics["grad_norm"], metrics["kl"] = [1.5, 2.0], None
+    for column in SCHEMAS["train_metrics"].names:  # the rest of the row: not read by the table
+        if column not in metrics:
+            metrics[column] = 0.0 if column != "tokens" else 0
+    store.write_table("train_samples", samples, run_id="r", gen=1, stage="train-s1")
+    store.write_table("train_metrics", metrics, run_id="r", gen=1, stage="train-s1")
+    frame = bench.designer_updates(str(tmp_path), "r")
+    assert frame["step"].tolist() == [2, 4]
+    assert frame["samples"].tolist() == [3, 1] and frame["nonzero"].tolist() == [2, 1]
+    assert frame["mean_abs_adv"].tolist() == pytest.approx([0.2, 0.1])
+    assert frame["tokens"].tolist() == [300, 120]
+    assert frame["grad_norm"].iloc[0] == 1.5 and math.isnan(frame["grad_norm"].iloc[1])  # step 4: no metrics row
+    assert "| 2 | 3 | 2 | 0.200 | 300 | 0.0100 | 1.500 | n/a |" in bench.updates_table(frame)

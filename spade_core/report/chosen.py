@@ -1,9 +1,9 @@
 """The numbers a parameter-mutation designer chose, per generation (``designer.mode: parameters``).
 
 In a parameter mutation the designer writes new values for its parent's parameters (docs/DESIGN.md §3,
-``spade_core/designer/parameters.py``). Where the parent's difficulty is a number, such as ``_PEOPLE`` of the
-designer test bed's family (``data/seed_envs/difficulty/``: the length of ``_NAMES`` is how many people's
-answers the observation lists), the numbers the designs carry are the difficulty the designer chose. For each
+``spade_core/designer/parameters.py``). Where the parent's difficulty is a number, such as the length of
+``_NAMES`` in the designer test bed's family (``data/seed_envs/difficulty/``: how many people's answers the
+observation lists), the numbers the designs carry are the difficulty the designer chose. For each
 rewarded design of a run in that mode (``designer_rewards``, the designs the curve is made of) this reads its
 environment's code (the ``pool`` row) and keeps its numbers: each integer parameter's value and each
 container parameter's length (``len(_NAMES)``); per generation and number it gives the designs, the mean with
