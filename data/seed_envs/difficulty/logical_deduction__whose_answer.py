@@ -13,10 +13,10 @@ person's word and no other listed word (case-insensitive), else 0. A reply witho
 question again (up to max_turns).
 
 Measured base win rate by people shown, 16 plays each (the embedded SmolLM2-135M, no hint, the
-designer-bench preset's sampling and limits, evaluation seeds 2**32 + i; benchmarks/designer_learning.py
---curve-only at load 2-4 on 2 cores; 2026-12-06): 1: 0.19, 2: 0.38, 4: 0.13, 8: 0.00 with 2 turns of 48
-tokens; 1: 0.19, 2: 0.25, 3: 0.25, 4: 0.19, 6: 0.06, 8: 0.00, 12: 0.00 with 2 turns of 32 tokens. The
-135M agent copies a boxed word exactly in at most ~40% of its replies, so no length wins near 1.
+designer-bench preset's sampling and limits, evaluation seeds 2**32 + i; benchmarks/designer_learning.py at
+load 1-2 on 2 cores; 2026-12-06): 1: 0.19, 2: 0.38, 3: 0.31, 4: 0.13, 6: 0.13, 8: 0.00, 12: 0.00. The 135M
+agent copies a boxed word exactly in at most ~40% of its replies, so no length wins near 1; other phrasings
+of the task and retries after a wrong answer did no better (benchmarks/README.md, designer_learning.py).
 """
 
 import random
