@@ -23,7 +23,8 @@ preset's sampling and limits, evaluation seeds 2**32 + i) and printed, with its 
 arms go through the local runner (:func:`spade_core.pipeline.local.run_run`), side by side in two child
 processes of one torch thread each (as ``benchmarks/selfplay.py``; ``--serial`` runs them one after the
 other here), into one store as the runs ``designer-bench`` and ``designer-bench-ablation``. Per generation
-and arm it prints, from the store: design attempts, valid designs, rewarded designs, the mean raw blend
+and arm it prints, from the store: design attempts, the attempts that wrote back the parent's own values
+(refused as not novel), valid (and novel) designs, rewarded designs, the mean raw blend
 (``designer_rewards.raw``) with its standard error, the share of rewarded designs whose window win rate lies
 in the plateau band [0.4, 0.6], and the distribution of the difficulty the designs chose (people shown: the
 distinct names of ``_NAMES``, capped by the distinct words of ``_WORDS``, as the environment caps them). The
@@ -113,6 +114,18 @@ def people_shown(code: str) -> int | None:
     return max(1, min(len({str(v) for v in names}), len({str(v) for v in words if str(v).strip()})))
 
 
+def is_parent_copy(code: str, parent: str) -> bool:
+    """Whether a design wrote back its parent's values: ``_NAMES`` and ``_WORDS`` both as the parent has
+    them (the novelty filter refuses such a design; it is never rewarded or trained on).
+
+    >>> parent = '_NAMES = ["Ann", "Ben"]\\n_WORDS = ["a", "b"]\\n'
+    >>> is_parent_copy(parent, parent), is_parent_copy(parent.replace('"b"]', '"c"]'), parent)
+    (True, False)
+    """
+    ours, theirs = parameters_of(code), parameters_of(parent)
+    return all(key in ours and ours[key] == theirs.get(key) for key in ("_NAMES", "_WORDS"))
+
+
 def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeConfig:
     overrides = [
         f"store.root={root}",
@@ -198,10 +211,11 @@ def band_share(frame: pd.DataFrame) -> float:
 
 
 def arm_rows(root: str, run_id: str, generations: int) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
-    store = Store(root)
+    store, parent = Store(root), family().code
     rows, frames = [], []
     for gen in range(1, generations + 1):
         attempts = query(store, "select count(*) as n from validations where run_id = ? and gen = ?", [run_id, gen])
+        codes = query(store, "select code from designs where run_id = ? and gen = ?", [run_id, gen])["code"]
         verdicts = final_verdicts(store, run_id, gen)
         designs = generation_designs(store, run_id, gen)
         blend, se = mean_se(designs["raw"])
@@ -211,6 +225,7 @@ def arm_rows(root: str, run_id: str, generations: int) -> tuple[list[dict[str, A
                 "gen": gen,
                 "attempts": int(attempts.n[0]),
                 "valid": int(verdicts["ok"].sum()) if not verdicts.empty else 0,
+                "copies": sum(is_parent_copy(c, parent) for c in codes.dropna()),
                 "rewarded": len(designs),
                 "blend": blend,
                 "se": se,
@@ -261,14 +276,14 @@ def fmt(value: float, digits: int = 3) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| gen | attempts | valid | rewarded | mean raw blend ± SE | share in [0.4, 0.6] | people shown (value:designs)"
-        " |",
-        "|---|---|---|---|---|---|---|",
+        "| gen | attempts | parent copies | valid | rewarded | mean raw blend ± SE | share in [0.4, 0.6] "
+        "| people shown (value:designs) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['gen']} | {r['attempts']} | {r['valid']} | {r['rewarded']} | {fmt(r['blend'])} ± {fmt(r['se'])} "
-            f"| {fmt(r['band'], 2)} | {r['people']} |"
+            f"| {r['gen']} | {r['attempts']} | {r['copies']} | {r['valid']} | {r['rewarded']} "
+            f"| {fmt(r['blend'])} ± {fmt(r['se'])} | {fmt(r['band'], 2)} | {r['people']} |"
         )
     return "\n".join(lines)
 
