@@ -125,3 +125,12 @@ def test_the_designer_updates_table_reads_what_each_update_trained_on(tmp_path: 
     assert frame["tokens"].tolist() == [300, 120]
     assert frame["grad_norm"].iloc[0] == 1.5 and math.isnan(frame["grad_norm"].iloc[1])  # step 4: no metrics row
     assert "| 2 | 3 | 2 | 0.200 | 300 | 0.0100 | 1.500 | n/a |" in bench.updates_table(frame)
+
+
+def test_a_parent_copy_is_a_design_that_writes_back_both_of_the_parents_lists() -> None:
+    bench = _bench()
+    assert bench.is_parent_copy(FAMILY.code, FAMILY.code)
+    assert bench.is_parent_copy(make_variant(FAMILY.code, "_NAMES = ['Ann', 'Ben', 'Cleo', 'Dan']"), FAMILY.code)
+    assert not bench.is_parent_copy(make_variant(FAMILY.code, "_NAMES = ['Ann', 'Ben']"), FAMILY.code)
+    assert not bench.is_parent_copy(make_variant(FAMILY.code, "_WORDS = ['falcon', 'copper']"), FAMILY.code)
+    assert not bench.is_parent_copy("_SIZE = 3\n", FAMILY.code)
