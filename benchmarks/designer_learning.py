@@ -340,12 +340,10 @@ def main() -> int:
     if args.only:
         run_arm(root, args.only, args)
         return 0
-    if args.summary_only:
-        pass
-    elif args.serial:
+    if args.serial and not args.summary_only:
         for arm in ids:
             run_arm(root, arm, args)
-    else:
+    elif not args.summary_only:
         side_by_side(root, args)
     last = max(1, args.generations // 3)
     summary = {}
