@@ -67,7 +67,7 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import SpadeConfig, load_config
-from spade_core.designer.parameters import make_variant, parameters_of
+from spade_core.designer.parameters import make_variant, parameter_similarity, parameters_of
 from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
 from spade_core.llm import make_generator
 from spade_core.pipeline.local import StageLog, run_run
@@ -115,15 +115,9 @@ def people_shown(code: str) -> int | None:
 
 
 def is_parent_copy(code: str, parent: str) -> bool:
-    """Whether a design wrote back its parent's values: ``_NAMES`` and ``_WORDS`` both as the parent has
-    them (the novelty filter refuses such a design; it is never rewarded or trained on).
-
-    >>> parent = '_NAMES = ["Ann", "Ben"]\\n_WORDS = ["a", "b"]\\n'
-    >>> is_parent_copy(parent, parent), is_parent_copy(parent.replace('"b"]', '"c"]'), parent)
-    (True, False)
-    """
-    ours, theirs = parameters_of(code), parameters_of(parent)
-    return all(key in ours and ours[key] == theirs.get(key) for key in ("_NAMES", "_WORDS"))
+    """Whether a design wrote back every one of its parent's values (``_NAMES`` and ``_WORDS`` in the family):
+    the novelty filter refuses such a design; it is never rewarded or trained on."""
+    return parameter_similarity(code, parent) == 1.0
 
 
 def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeConfig:
