@@ -37,10 +37,14 @@ trained arm, a table of the designer's updates says what each trained on and how
 with a non-zero advantage, the mean absolute advantage, tokens, loss, gradient norm, KL): the signal per
 update when the arms do not part. ``--summary-only --store DIR`` prints the tables of runs already there.
 ``--roles both`` runs the same pair through the whole loop (the agent trained too; runs ``...-loop``).
+``--choices-only`` measures, instead of running, what the untrained designer writes from parents of several
+lengths (:func:`measure_choices`): how far the difficulty its designs choose spreads, which bounds what its
+reward can teach it.
 
     .venv/bin/python benchmarks/designer_learning.py [--generations 6] [--designs 8] [--plays 8] [--hinted 16]
         [--curve-plays 16] [--curve-values 1,2,3,4,6,8,12] [--no-curve | --curve-only] [--roles designer|both]
         [--store DIR] [--serial] [--set key=value ...] [--keep-checkpoints] [--summary-only --store DIR]
+        [--choices-only [--choice-parents 1,2,4] [--choice-designs 24]]
 
 The smallest run that goes through every path (a curve, two generations, a designer update, both arms):
 ``--generations 2 --designs 2 --plays 2 --hinted 2 --curve-plays 2 --curve-values 1,4``.
@@ -67,9 +71,19 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import SpadeConfig, load_config
-from spade_core.designer.parameters import make_variant, parameter_similarity, parameters_of
+from spade_core.designer.batch import sampling
+from spade_core.designer.corpus import sample_documents
+from spade_core.designer.design import parameters_messages, truncate_document
+from spade_core.designer.parameters import (
+    make_variant,
+    parameter_block,
+    parameter_similarity,
+    parameters_of,
+    variant_code,
+)
 from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
 from spade_core.llm import make_generator
+from spade_core.llm.base import GenerationRequest
 from spade_core.pipeline.local import StageLog, run_run
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store.artifacts import Store
@@ -149,6 +163,66 @@ def measure_curve(cfg: SpadeConfig, values: list[int], plays: int) -> pd.DataFra
     curve = frame.groupby("value")["win"].agg(plays="count", win_rate="mean").reset_index()
     curve["se"] = [math.sqrt(p * (1 - p) / n) for p, n in zip(curve["win_rate"], curve["plays"], strict=True)]
     return curve
+
+
+def measure_choices(cfg: SpadeConfig, parents: list[int], designs: int) -> pd.DataFrame:
+    """What the untrained designer writes from a parent of each length: one design per document for
+    ``designs`` documents of the corpus (the preset's document budget and sampling, the design stage's
+    parameter prompt), with the people each variant shows, or None where the reply makes no variant.
+
+    In this family a design is paid for the people it shows, so the spread of that value among one
+    generation's designs is all the designer's reward can tell apart: a design that keeps its parent's
+    length is paid about what its parent would be.
+    """
+    env = family()
+    docs = sample_documents(cfg.corpus.source, designs, cfg.seed, cfg.corpus.max_words)
+    texts = [truncate_document(t, cfg.corpus.max_words) for t in docs["text"]]
+    variants = {k: make_variant(env.code, f"_NAMES = {NAMES[:k]!r}") for k in parents}
+    requests = [
+        (k, GenerationRequest(messages=parameters_messages(t, parameter_block(variants[k])), seed=i))
+        for k in parents
+        for i, t in enumerate(texts)
+    ]
+    generator = make_generator(cfg.model)
+    try:
+        replies = generator.generate([r for _, r in requests], sampling(cfg, cfg.seed))
+    finally:
+        generator.close()
+    rows = []
+    for (k, _), reply in zip(requests, replies, strict=True):
+        code = variant_code(variants[k], reply.text, cfg.designer.max_parameter_items)
+        rows.append(
+            {
+                "parent": k,
+                "people": people_shown(code) if code else None,
+                "copy": bool(code) and is_parent_copy(code, variants[k]),
+            }
+        )
+    return pd.DataFrame(rows, columns=["parent", "people", "copy"])
+
+
+def choices_table(frame: pd.DataFrame) -> str:
+    """Per parent length: designs, those with no variant, parent copies, those that keep the parent's length
+    (copies included) and the people shown by the rest of the variants.
+
+    >>> print(choices_table(pd.DataFrame({"parent": [1, 1, 1], "people": [1, 3, None], "copy": [True, False, False]})))
+    | parent people | designs | no variant | parent copies | same length | people shown (value:designs) |
+    |---|---|---|---|---|---|
+    | 1 | 3 | 1 | 1 | 1 | 1:1 3:1 |
+    """
+    lines = [
+        "| parent people | designs | no variant | parent copies | same length | people shown (value:designs) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for parent, group in frame.groupby("parent"):
+        people = group["people"].dropna().astype(int)
+        counts = Counter(people)
+        shown = " ".join(f"{k}:{counts[k]}" for k in sorted(counts)) or "-"
+        lines.append(
+            f"| {parent} | {len(group)} | {int(group['people'].isna().sum())} | {int(group['copy'].sum())} "
+            f"| {int((people == parent).sum())} | {shown} |"
+        )
+    return "\n".join(lines)
 
 
 def run_arm(root: str, arm: str, args: argparse.Namespace) -> None:
@@ -299,6 +373,13 @@ def main() -> int:
     parser.add_argument("--curve-values", default="1,2,3,4,6,8,12", help="Difficulty values the curve measures.")
     parser.add_argument("--no-curve", action="store_true", help="Skip the curve (the arms' child processes do).")
     parser.add_argument("--curve-only", action="store_true", help="Measure the curve, then stop.")
+    parser.add_argument(
+        "--choices-only",
+        action="store_true",
+        help="Measure what the untrained designer writes from parents of --choice-parents people, then stop.",
+    )
+    parser.add_argument("--choice-parents", default="1,2,4", help="Parent lengths --choices-only tries.")
+    parser.add_argument("--choice-designs", type=int, default=24, help="Designs per parent for --choices-only.")
     parser.add_argument("--roles", choices=["designer", "both"], default="designer", help="training.roles.")
     parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
     parser.add_argument("--only", choices=["trained", "ablation"], default=None, help="Run only one arm, here.")
@@ -313,7 +394,7 @@ def main() -> int:
         parser.error("--generations and --designs must be >= 1")
     if args.summary_only and not args.store:
         parser.error("--summary-only needs --store, the store the runs wrote")
-    if args.summary_only:
+    if args.summary_only or args.choices_only:
         args.no_curve = True
     root = args.store or tempfile.mkdtemp(prefix="spade-designer-learning-")
     os.makedirs(root, exist_ok=True)
@@ -331,6 +412,12 @@ def main() -> int:
         log("curve measured")
         if args.curve_only:
             return 0
+    if args.choices_only:
+        parents = [int(v) for v in args.choice_parents.split(",")]
+        choices = measure_choices(config(root, "ablation", args.roles, args), parents, args.choice_designs)
+        print(f"\nwhat the untrained designer writes, by its parent's people shown:\n{choices_table(choices)}")
+        log("choices measured")
+        return 0
     if args.only:
         run_arm(root, args.only, args)
         return 0

@@ -4,6 +4,7 @@ family every game skill's library parent."""
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 import math
 import random
@@ -134,3 +135,10 @@ def test_a_parent_copy_is_a_design_that_writes_back_both_of_the_parents_lists() 
     assert not bench.is_parent_copy(make_variant(FAMILY.code, "_NAMES = ['Ann', 'Ben']"), FAMILY.code)
     assert not bench.is_parent_copy(make_variant(FAMILY.code, "_WORDS = ['falcon', 'copper']"), FAMILY.code)
     assert not bench.is_parent_copy("_SIZE = 3\n", FAMILY.code)
+
+
+def test_the_benchmarks_doctests_pass() -> None:
+    """benchmarks/ is outside the doctest collection: its counts of people shown and its table of the
+    untrained designer's choices are checked here."""
+    result = doctest.testmod(_bench())
+    assert result.failed == 0 and result.attempted >= 2
