@@ -400,7 +400,8 @@ def main() -> int:
     os.makedirs(root, exist_ok=True)
     load = os.getloadavg()[0]
     ids = run_ids(args.roles)
-    log(f"store {root}; {args.generations} generations per arm; load average {load:.2f}")
+    work = "the untrained designer's choices" if args.choices_only else f"{args.generations} generations per arm"
+    log(f"store {root}; {work}; load average {load:.2f}")
     if not args.no_curve:
         cfg = config(root, "ablation", args.roles, args)
         values = [int(v) for v in args.curve_values.split(",")]
