@@ -170,9 +170,9 @@ def measure_choices(cfg: SpadeConfig, parents: list[int], designs: int) -> pd.Da
     ``designs`` documents of the corpus (the preset's document budget and sampling, the design stage's
     parameter prompt), with the people each variant shows, or None where the reply makes no variant.
 
-    In this family a design is paid for the people it shows, so the spread of that value among one
-    generation's designs is all the designer's reward can tell apart: a design that keeps its parent's
-    length is paid about what its parent would be.
+    The people shown is the difficulty this test bed measures: how far that value spreads among one
+    generation's designs bounds what the designer's reward can teach it about the length (designs of the
+    parent's length differ only in their words).
     """
     env = family()
     docs = sample_documents(cfg.corpus.source, designs, cfg.seed, cfg.corpus.max_words)
@@ -392,6 +392,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.generations < 1 or args.designs < 1:
         parser.error("--generations and --designs must be >= 1")
+    for name, text in (("--curve-values", args.curve_values), ("--choice-parents", args.choice_parents)):
+        if not all(v.strip().isdigit() and 1 <= int(v) <= len(NAMES) for v in text.split(",")):
+            parser.error(f"{name} must be comma-separated people counts from 1 to {len(NAMES)}, got {text!r}")
+    if args.choice_designs < 1:
+        parser.error(f"--choice-designs must be >= 1, got {args.choice_designs}")
     if args.summary_only and not args.store:
         parser.error("--summary-only needs --store, the store the runs wrote")
     if args.summary_only or args.choices_only:

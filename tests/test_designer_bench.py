@@ -8,6 +8,7 @@ import doctest
 import importlib.util
 import math
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -142,3 +143,14 @@ def test_the_benchmarks_doctests_pass() -> None:
     untrained designer's choices are checked here."""
     result = doctest.testmod(_bench())
     assert result.failed == 0 and result.attempted >= 2
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--choice-parents", "1,x"), ("--curve-values", "0"), ("--choice-designs", "0")]
+)
+def test_a_bad_count_on_the_command_line_fails_at_once_naming_it(flag: str, value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--choices-only", flag, value], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert flag in done.stderr.strip().splitlines()[-1] and value in done.stderr
