@@ -102,7 +102,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) $(VLLM_STAMP) system-deps test-system-deps lint
-	$(BIN)/pytest -q -ra --durations=25 -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra --durations=25 -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .prefect .pytest_cache .ruff_cache .mypy_cache
