@@ -363,6 +363,18 @@ def drop_checkpoints(store: Store, run_id: str) -> None:
         store.remove_dir(path)
 
 
+def people_counts(text: str) -> list[int]:
+    """An argparse type: comma-separated people counts the family can show (1 to ``len(NAMES)``).
+
+    >>> people_counts("1,4")
+    [1, 4]
+    """
+    values = [v.strip() for v in text.split(",")]
+    if not all(v.isdigit() and 1 <= int(v) <= len(NAMES) for v in values):
+        raise argparse.ArgumentTypeError(f"must be comma-separated people counts from 1 to {len(NAMES)}, got {text!r}")
+    return [int(v) for v in values]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--generations", "-g", type=int, default=6, help="G: generations per arm (default 6).")
@@ -370,7 +382,9 @@ def main() -> int:
     parser.add_argument("--plays", type=int, default=8, help="rollout.plays_no_hint per step (default 8; x K=2).")
     parser.add_argument("--hinted", type=int, default=16, help="rollout.plays_hint (default 16).")
     parser.add_argument("--curve-plays", type=int, default=16, help="Plays per difficulty value for the curve.")
-    parser.add_argument("--curve-values", default="1,2,3,4,6,8,12", help="Difficulty values the curve measures.")
+    parser.add_argument(
+        "--curve-values", type=people_counts, default="1,2,3,4,6,8,12", help="People counts the curve measures."
+    )
     parser.add_argument("--no-curve", action="store_true", help="Skip the curve (the arms' child processes do).")
     parser.add_argument("--curve-only", action="store_true", help="Measure the curve, then stop.")
     parser.add_argument(
@@ -378,7 +392,9 @@ def main() -> int:
         action="store_true",
         help="Measure what the untrained designer writes from parents of --choice-parents people, then stop.",
     )
-    parser.add_argument("--choice-parents", default="1,2,4", help="Parent lengths --choices-only tries.")
+    parser.add_argument(
+        "--choice-parents", type=people_counts, default="1,2,4", help="Parent lengths --choices-only tries."
+    )
     parser.add_argument("--choice-designs", type=int, default=24, help="Designs per parent for --choices-only.")
     parser.add_argument("--roles", choices=["designer", "both"], default="designer", help="training.roles.")
     parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
@@ -392,9 +408,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.generations < 1 or args.designs < 1:
         parser.error("--generations and --designs must be >= 1")
-    for name, text in (("--curve-values", args.curve_values), ("--choice-parents", args.choice_parents)):
-        if not all(v.strip().isdigit() and 1 <= int(v) <= len(NAMES) for v in text.split(",")):
-            parser.error(f"{name} must be comma-separated people counts from 1 to {len(NAMES)}, got {text!r}")
     if args.choice_designs < 1:
         parser.error(f"--choice-designs must be >= 1, got {args.choice_designs}")
     if args.summary_only and not args.store:
@@ -409,8 +422,7 @@ def main() -> int:
     log(f"store {root}; {work}; load average {load:.2f}")
     if not args.no_curve:
         cfg = config(root, "ablation", args.roles, args)
-        values = [int(v) for v in args.curve_values.split(",")]
-        curve = measure_curve(cfg, values, args.curve_plays)
+        curve = measure_curve(cfg, args.curve_values, args.curve_plays)
         print("\nthe agent's win rate on the family (checkpoint 0, no hint) by people shown:")
         print("| people shown | plays | win rate ± SE |\n|---|---|---|")
         for r in curve.itertuples():
@@ -419,19 +431,19 @@ def main() -> int:
         if args.curve_only:
             return 0
     if args.choices_only:
-        parents = [int(v) for v in args.choice_parents.split(",")]
-        choices = measure_choices(config(root, "ablation", args.roles, args), parents, args.choice_designs)
+        choices = measure_choices(config(root, "ablation", args.roles, args), args.choice_parents, args.choice_designs)
         print(f"\nwhat the untrained designer writes, by its parent's people shown:\n{choices_table(choices)}")
         log("choices measured")
         return 0
     if args.only:
         run_arm(root, args.only, args)
         return 0
-    if args.serial and not args.summary_only:
-        for arm in ids:
-            run_arm(root, arm, args)
-    elif not args.summary_only:
-        side_by_side(root, args)
+    if not args.summary_only:
+        if args.serial:
+            for arm in ids:
+                run_arm(root, arm, args)
+        else:
+            side_by_side(root, args)
     last = max(1, args.generations // 3)
     summary = {}
     for arm, run_id in ids.items():
