@@ -5,14 +5,15 @@ The test bed (``data/configs/designer-bench.yaml``; docs/method.md, "Baselines a
 
 - ``training.roles: designer``: the designer trains alone; plays, hints and judgements stay on checkpoint 0,
   so the agent's policy is fixed although the two roles share the weights;
-- one parent family, ``data/seed_envs/difficulty/``: every design prompt (``designer.mode: parameters``) shows
-  the same parent's parameter block (``_NAMES``, ``_WORDS``), and the designer writes new values; the
-  length of ``_NAMES`` is the number of people whose boxed answers the observation lists, one of whom is
-  asked for: the difficulty, a length the 135M designer varies as it fills the list with the document's
-  words. The family is the designer's library parent for every game skill (the preset's ``designer.parents:
-  difficulty``), and
-  ``memory.positive_win_rate`` in the preset admits no memory entry as a parent, so every generation mutates
-  the same parent and the difficulty a design has is the value the designer wrote;
+- one parent family: every design prompt (``designer.mode: parameters``) shows the same parent's parameter
+  block, and the designer writes new values; the length of one list parameter is the difficulty.
+  ``--family people`` (the default, ``data/seed_envs/difficulty/``): ``_NAMES`` and ``_WORDS``, the length of
+  ``_NAMES`` is the number of people whose boxed answers the observation lists, one of whom is asked for.
+  ``--family words`` (``data/seed_envs/use_the_words/``, runs ``designer-bench-words...``): ``_WORDS``, the
+  words one sentence must hold. The family is the designer's library parent for every game skill
+  (``designer.parents``, the folder), and ``memory.positive_win_rate`` in the preset admits no memory entry
+  as a parent, so every generation mutates the same parent and the difficulty a design has is the value the
+  designer wrote;
 - ``designer.skills_per_generation: 1``: all of a generation's designs share one skill, so the per-skill
   centring of the designer's reward runs over all of them (``designer.documents_per_generation`` >= 8);
 - per design ``rollout.plays_no_hint`` x K no-hint plays (the reward's window) and ``rollout.plays_hint``
@@ -27,7 +28,8 @@ and arm it prints, from the store: design attempts, the attempts that wrote back
 (refused as not novel), valid (and novel) designs, rewarded designs, the mean raw blend
 (``designer_rewards.raw``) with its standard error, the share of rewarded designs whose window win rate lies
 in the plateau band [0.4, 0.6], and the distribution of the difficulty the designs chose (people shown: the
-distinct names of ``_NAMES``, capped by the distinct words of ``_WORDS``, as the environment caps them). The
+distinct names of ``_NAMES``, capped by the distinct words of ``_WORDS``; words asked for: the distinct words
+of ``_WORDS``; each as its environment counts them). The
 last line is
 
     blend_last_trained=A±a blend_last_ablation=B±b band_share_trained=C band_share_ablation=D generations=G minutes=M
@@ -43,7 +45,8 @@ reward can teach it.
 
     .venv/bin/python benchmarks/designer_learning.py [--generations 6] [--designs 8] [--plays 8] [--hinted 16]
         [--curve-plays 16] [--curve-values 1,2,3,4,6,8,12] [--no-curve | --curve-only] [--roles designer|both]
-        [--store DIR] [--serial] [--set key=value ...] [--keep-checkpoints] [--summary-only --store DIR]
+        [--family people|words] [--store DIR] [--serial] [--set key=value ...] [--keep-checkpoints]
+        [--summary-only --store DIR]
         [--choices-only [--choice-parents 1,2,4] [--choice-designs 24]]
 
 The smallest run that goes through every path (a curve, two generations, a designer update, both arms):
@@ -66,6 +69,8 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -91,8 +96,9 @@ from spade_core.store.catalog import query
 from spade_core.store.verdicts import final_verdicts
 
 PRESET = "designer-bench"
-FAMILY_DIR = SEED_DIR / "difficulty"
-NAMES = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena"]  # the curve's
+NAMES = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena"]
+WORDS = ["falcon", "copper", "meadow", "violin", "lantern", "pepper", "harbor", "canyon", "walnut", "orchid", "river"]
+WORDS += ["castle"]
 PLATEAU = (0.4, 0.6)  # scoring.plateau: 1 on [0.4, 0.6] (docs/method.md, step 7)
 EVAL_SEED_BASE = 2**32  # play_seed() draws below 2**32: the curve's seeds are never a run's
 T0 = time.perf_counter()
@@ -102,15 +108,16 @@ def log(message: str) -> None:
     print(f"[{(time.perf_counter() - T0) / 60:5.1f} min] {message}", flush=True)
 
 
-def run_ids(roles: str) -> dict[str, str]:
+def run_ids(roles: str, family: str = "people") -> dict[str, str]:
+    """The arms' run ids: ``designer-bench[-words]``, and ``-ablation`` for the untrained arm, ``-loop`` after
+    both with ``--roles both``.
+
+    >>> run_ids("both", "words")["ablation"]
+    'designer-bench-words-ablation-loop'
+    """
+    prefix = PRESET if family == "people" else f"{PRESET}-{family}"
     suffix = "" if roles == "designer" else "-loop"
-    return {"trained": f"{PRESET}{suffix}", "ablation": f"{PRESET}-ablation{suffix}"}
-
-
-def family() -> SeedEnv:
-    """The parent of the test bed: the one environment of ``data/seed_envs/difficulty/``."""
-    (env,) = load_seed_envs(FAMILY_DIR)
-    return env
+    return {"trained": f"{prefix}{suffix}", "ablation": f"{prefix}-ablation{suffix}"}
 
 
 def people_shown(code: str) -> int | None:
@@ -129,9 +136,54 @@ def people_shown(code: str) -> int | None:
 
 
 def is_parent_copy(code: str, parent: str) -> bool:
-    """Whether a design wrote back every one of its parent's values (``_NAMES`` and ``_WORDS`` in the family):
-    the novelty filter refuses such a design; it is never rewarded or trained on."""
+    """Whether a design wrote back every one of its parent's values (``_NAMES`` and ``_WORDS`` in the people
+    family): the novelty filter refuses such a design; it is never rewarded or trained on."""
     return parameter_similarity(code, parent) == 1.0
+
+
+def words_asked(code: str) -> int | None:
+    """The difficulty of a variant of the words family: the words its sentence must hold (the distinct
+    non-blank words of ``_WORDS``, a string split on white space, at least one, as the environment counts
+    them); None when the code lacks the list.
+
+    >>> words_asked('_WORDS = ["oak", "elm", "oak", " "]\\n'), words_asked("_WORDS = []\\n"), words_asked("_N = 3\\n")
+    (2, 1, None)
+    """
+    words = parameters_of(code).get("_WORDS")
+    if isinstance(words, str):
+        words = words.split()
+    if not isinstance(words, list):
+        return None
+    return max(1, len({str(w).strip() for w in words if str(w).strip()}))
+
+
+@dataclass(frozen=True)
+class Family:
+    """A parent family of the test bed: the folder of ``data/seed_envs`` that holds its one environment (the
+    run's ``designer.parents``), the list parameter whose length sets the difficulty, the items the curve and
+    the choices fill that list with, what the difficulty counts, and how a variant's code shows it."""
+
+    folder: str
+    parameter: str
+    items: tuple[str, ...]
+    label: str
+    difficulty: Callable[[str], int | None]
+
+    def env(self) -> SeedEnv:
+        (env,) = load_seed_envs(SEED_DIR / self.folder)
+        return env
+
+    def variant(self, value: int) -> str:
+        """The parent with the first ``value`` items in its list parameter."""
+        return make_variant(self.env().code, f"{self.parameter} = {list(self.items[:value])!r}")
+
+
+FAMILIES = {
+    # data/seed_envs/difficulty/: repeat one person's boxed word out of len(_NAMES) people's
+    "people": Family("difficulty", "_NAMES", tuple(NAMES), "people shown", people_shown),
+    # data/seed_envs/use_the_words/: one sentence that uses every word of _WORDS
+    "words": Family("use_the_words", "_WORDS", tuple(WORDS), "words asked for", words_asked),
+}
 
 
 def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeConfig:
@@ -139,6 +191,7 @@ def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeCo
         f"store.root={root}",
         f"designer.train={str(arm == 'trained').lower()}",
         f"training.roles={roles}",
+        f"designer.parents={FAMILIES[args.family].folder}",
         f"designer.documents_per_generation={args.designs}",
         f"rollout.plays_no_hint={args.plays}",
         f"rollout.plays_hint={args.hinted}",
@@ -147,12 +200,11 @@ def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeCo
     return load_config(PRESET, None, overrides)
 
 
-def measure_curve(cfg: SpadeConfig, values: list[int], plays: int) -> pd.DataFrame:
+def measure_curve(cfg: SpadeConfig, family: Family, values: list[int], plays: int) -> pd.DataFrame:
     """The agent's no-hint win rate on the family at each difficulty value: checkpoint 0, the preset's
     sampling and limits, ``plays`` evaluation seeds per value."""
-    env = family()
-    codes = {v: make_variant(env.code, f"_NAMES = {NAMES[:v]!r}") for v in values}
-    specs = [EpisodeSpec(f"people={v}", code, EVAL_SEED_BASE + i) for v, code in codes.items() for i in range(plays)]
+    codes = {v: family.variant(v) for v in values}
+    specs = [EpisodeSpec(f"value={v}", code, EVAL_SEED_BASE + i) for v, code in codes.items() for i in range(plays)]
     generator = make_generator(cfg.model)
     try:
         rows = RolloutEngine.from_config(cfg, generator).run(specs)
@@ -165,19 +217,17 @@ def measure_curve(cfg: SpadeConfig, values: list[int], plays: int) -> pd.DataFra
     return curve
 
 
-def measure_choices(cfg: SpadeConfig, parents: list[int], designs: int) -> pd.DataFrame:
+def measure_choices(cfg: SpadeConfig, family: Family, parents: list[int], designs: int) -> pd.DataFrame:
     """What the untrained designer writes from a parent of each length: one design per document for
     ``designs`` documents of the corpus (the preset's document budget and sampling, the design stage's
-    parameter prompt), with the people each variant shows, or None where the reply makes no variant.
+    parameter prompt), with the difficulty each variant shows, or None where the reply makes no variant.
 
-    The people shown is the difficulty this test bed measures: how far that value spreads among one
-    generation's designs bounds what the designer's reward can teach it about the length (designs of the
-    parent's length differ only in their words).
+    How far that value spreads among one generation's designs bounds what the designer's reward can teach
+    it about the length (designs of the parent's length differ only in their words).
     """
-    env = family()
     docs = sample_documents(cfg.corpus.source, designs, cfg.seed, cfg.corpus.max_words)
     texts = [truncate_document(t, cfg.corpus.max_words) for t in docs["text"]]
-    variants = {k: make_variant(env.code, f"_NAMES = {NAMES[:k]!r}") for k in parents}
+    variants = {k: family.variant(k) for k in parents}
     requests = [
         (k, GenerationRequest(messages=parameters_messages(t, parameter_block(variants[k])), seed=i))
         for k in parents
@@ -194,33 +244,33 @@ def measure_choices(cfg: SpadeConfig, parents: list[int], designs: int) -> pd.Da
         rows.append(
             {
                 "parent": k,
-                "people": people_shown(code) if code else None,
-                "copy": bool(code) and is_parent_copy(code, variants[k]),
+                "value": family.difficulty(code) if code else None,
+                "copy": bool(code and is_parent_copy(code, variants[k])),
             }
         )
-    return pd.DataFrame(rows, columns=["parent", "people", "copy"])
+    return pd.DataFrame(rows, columns=["parent", "value", "copy"])
 
 
-def choices_table(frame: pd.DataFrame) -> str:
+def choices_table(frame: pd.DataFrame, label: str = "people shown") -> str:
     """Per parent length: designs, those with no variant, parent copies, those that keep the parent's length
-    (copies included) and the people shown by the rest of the variants.
+    (copies included) and the difficulty (``label``) of the rest of the variants.
 
-    >>> print(choices_table(pd.DataFrame({"parent": [1, 1, 1], "people": [1, 3, None], "copy": [True, False, False]})))
-    | parent people | designs | no variant | parent copies | same length | people shown (value:designs) |
+    >>> print(choices_table(pd.DataFrame({"parent": [1, 1, 1], "value": [1, 3, None], "copy": [True, False, False]})))
+    | parent: people shown | designs | no variant | parent copies | same length | people shown (value:designs) |
     |---|---|---|---|---|---|
     | 1 | 3 | 1 | 1 | 1 | 1:1 3:1 |
     """
     lines = [
-        "| parent people | designs | no variant | parent copies | same length | people shown (value:designs) |",
+        f"| parent: {label} | designs | no variant | parent copies | same length | {label} (value:designs) |",
         "|---|---|---|---|---|---|",
     ]
     for parent, group in frame.groupby("parent"):
-        people = group["people"].dropna().astype(int)
-        counts = Counter(people)
+        values = group["value"].dropna().astype(int)
+        counts = Counter(values)
         shown = " ".join(f"{k}:{counts[k]}" for k in sorted(counts)) or "-"
         lines.append(
-            f"| {parent} | {len(group)} | {int(group['people'].isna().sum())} | {int(group['copy'].sum())} "
-            f"| {int((people == parent).sum())} | {shown} |"
+            f"| {parent} | {len(group)} | {int(group['value'].isna().sum())} | {int(group['copy'].sum())} "
+            f"| {int((values == parent).sum())} | {shown} |"
         )
     return "\n".join(lines)
 
@@ -228,7 +278,7 @@ def choices_table(frame: pd.DataFrame) -> str:
 def run_arm(root: str, arm: str, args: argparse.Namespace) -> None:
     """One arm's generations through the local runner, in this process."""
     cfg = config(root, arm, args.roles, args)
-    run_id = run_ids(args.roles)[arm]
+    run_id = run_ids(args.roles, args.family)[arm]
     log(f"{run_id}: designer.train={cfg.designer.train}, training.roles={cfg.training.roles}, {cfg.config_hash()}")
     run_run(cfg, Store.from_config(cfg.store), run_id, list(range(1, args.generations + 1)), watch=StageLog(log))
     log(f"{run_id}: done")
@@ -238,10 +288,11 @@ def side_by_side(root: str, args: argparse.Namespace) -> None:
     """Each arm in a child process of this script (``--only ARM``, one torch thread), logging to
     ``ROOT/RUN_ID.log``; an arm that fails is an error naming its log."""
     children = {}
-    for arm, run_id in run_ids(args.roles).items():
+    for arm, run_id in run_ids(args.roles, args.family).items():
         path = os.path.join(root, f"{run_id}.log")
         command = [sys.executable, os.path.abspath(__file__), "--only", arm, "--store", root, "--no-curve"]
         command += ["--generations", str(args.generations), "--designs", str(args.designs), "--roles", args.roles]
+        command += ["--family", args.family]
         command += ["--plays", str(args.plays), "--hinted", str(args.hinted), "--set", "model.threads=1"]
         command += [x for item in args.set for x in ("--set", item)]
         with open(path, "w") as out:
@@ -252,15 +303,15 @@ def side_by_side(root: str, args: argparse.Namespace) -> None:
             raise SystemExit(f"error: the {arm} run exited with {child.returncode}; see {path}")
 
 
-def generation_designs(store: Store, run_id: str, gen: int) -> pd.DataFrame:
-    """The rewarded designs of one generation: raw blend, window win rate and difficulty."""
+def generation_designs(store: Store, family: Family, run_id: str, gen: int) -> pd.DataFrame:
+    """The rewarded designs of one generation: raw blend, window win rate and difficulty (``value``)."""
     rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
     if rewards.empty:
-        return pd.DataFrame(columns=["design_id", "raw", "window_win_rate", "people"])
+        return pd.DataFrame(columns=["design_id", "raw", "window_win_rate", "value"])
     pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id", "code"])
-    people = {e: people_shown(c) for e, c in zip(pool["env_id"], pool["code"], strict=True)}
+    values = {e: family.difficulty(c) for e, c in zip(pool["env_id"], pool["code"], strict=True)}
     frame = rewards[["design_id", "env_id", "raw", "window_win_rate"]].copy()
-    frame["people"] = frame["env_id"].map(people)
+    frame["value"] = frame["env_id"].map(values)
     return frame
 
 
@@ -278,16 +329,18 @@ def band_share(frame: pd.DataFrame) -> float:
     return float(rates.between(*PLATEAU).mean()) if len(rates) else math.nan
 
 
-def arm_rows(root: str, run_id: str, generations: int) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
-    store, parent = Store(root), family().code
+def arm_rows(
+    root: str, family: Family, run_id: str, generations: int
+) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
+    store, parent = Store(root), family.env().code
     rows, frames = [], []
     for gen in range(1, generations + 1):
         attempts = query(store, "select count(*) as n from validations where run_id = ? and gen = ?", [run_id, gen])
         codes = query(store, "select code from designs where run_id = ? and gen = ?", [run_id, gen])["code"]
         verdicts = final_verdicts(store, run_id, gen)
-        designs = generation_designs(store, run_id, gen)
+        designs = generation_designs(store, family, run_id, gen)
         blend, se = mean_se(designs["raw"])
-        counts = Counter(int(p) for p in designs["people"].dropna())
+        counts = Counter(int(v) for v in designs["value"].dropna())
         rows.append(
             {
                 "gen": gen,
@@ -298,7 +351,7 @@ def arm_rows(root: str, run_id: str, generations: int) -> tuple[list[dict[str, A
                 "blend": blend,
                 "se": se,
                 "band": band_share(designs),
-                "people": " ".join(f"{k}:{counts[k]}" for k in sorted(counts)) or "-",
+                "values": " ".join(f"{k}:{counts[k]}" for k in sorted(counts)) or "-",
             }
         )
         frames.append(designs)
@@ -342,16 +395,16 @@ def fmt(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], label: str = "people shown") -> str:
     lines = [
         "| gen | attempts | parent copies | valid | rewarded | mean raw blend ± SE | share in [0.4, 0.6] "
-        "| people shown (value:designs) |",
+        f"| {label} (value:designs) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['gen']} | {r['attempts']} | {r['copies']} | {r['valid']} | {r['rewarded']} "
-            f"| {fmt(r['blend'])} ± {fmt(r['se'])} | {fmt(r['band'], 2)} | {r['people']} |"
+            f"| {fmt(r['blend'])} ± {fmt(r['se'])} | {fmt(r['band'], 2)} | {r['values']} |"
         )
     return "\n".join(lines)
 
@@ -363,15 +416,16 @@ def drop_checkpoints(store: Store, run_id: str) -> None:
         store.remove_dir(path)
 
 
-def people_counts(text: str) -> list[int]:
-    """An argparse type: comma-separated people counts the family can show (1 to ``len(NAMES)``).
+def difficulty_values(text: str) -> list[int]:
+    """An argparse type: comma-separated list lengths a family can take (1 to 12, the items each has).
 
-    >>> people_counts("1,4")
+    >>> difficulty_values("1,4")
     [1, 4]
     """
     values = [v.strip() for v in text.split(",")]
-    if not all(v.isdigit() and 1 <= int(v) <= len(NAMES) for v in values):
-        raise argparse.ArgumentTypeError(f"must be comma-separated people counts from 1 to {len(NAMES)}, got {text!r}")
+    most = min(len(f.items) for f in FAMILIES.values())
+    if not all(v.isdigit() and 1 <= int(v) <= most for v in values):
+        raise argparse.ArgumentTypeError(f"must be comma-separated list lengths from 1 to {most}, got {text!r}")
     return [int(v) for v in values]
 
 
@@ -383,19 +437,26 @@ def main() -> int:
     parser.add_argument("--hinted", type=int, default=16, help="rollout.plays_hint (default 16).")
     parser.add_argument("--curve-plays", type=int, default=16, help="Plays per difficulty value for the curve.")
     parser.add_argument(
-        "--curve-values", type=people_counts, default="1,2,3,4,6,8,12", help="People counts the curve measures."
+        "--curve-values", type=difficulty_values, default="1,2,3,4,6,8,12", help="List lengths the curve measures."
     )
     parser.add_argument("--no-curve", action="store_true", help="Skip the curve (the arms' child processes do).")
     parser.add_argument("--curve-only", action="store_true", help="Measure the curve, then stop.")
     parser.add_argument(
         "--choices-only",
         action="store_true",
-        help="Measure what the untrained designer writes from parents of --choice-parents people, then stop.",
+        help="Measure what the untrained designer writes from parents of --choice-parents items, then stop.",
     )
     parser.add_argument(
-        "--choice-parents", type=people_counts, default="1,2,4", help="Parent lengths --choices-only tries."
+        "--choice-parents", type=difficulty_values, default="1,2,4", help="Parent lengths --choices-only tries."
     )
     parser.add_argument("--choice-designs", type=int, default=24, help="Designs per parent for --choices-only.")
+    parser.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        default="people",
+        help="The parent family: people (data/seed_envs/difficulty/, the default) or words "
+        "(data/seed_envs/use_the_words/); it sets designer.parents, and words runs are named designer-bench-words.",
+    )
     parser.add_argument("--roles", choices=["designer", "both"], default="designer", help="training.roles.")
     parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
     parser.add_argument("--only", choices=["trained", "ablation"], default=None, help="Run only one arm, here.")
@@ -417,22 +478,24 @@ def main() -> int:
     root = args.store or tempfile.mkdtemp(prefix="spade-designer-learning-")
     os.makedirs(root, exist_ok=True)
     load = os.getloadavg()[0]
-    ids = run_ids(args.roles)
+    ids, family = run_ids(args.roles, args.family), FAMILIES[args.family]
     work = "the untrained designer's choices" if args.choices_only else f"{args.generations} generations per arm"
     log(f"store {root}; {work}; load average {load:.2f}")
     if not args.no_curve:
         cfg = config(root, "ablation", args.roles, args)
-        curve = measure_curve(cfg, args.curve_values, args.curve_plays)
-        print("\nthe agent's win rate on the family (checkpoint 0, no hint) by people shown:")
-        print("| people shown | plays | win rate ± SE |\n|---|---|---|")
+        curve = measure_curve(cfg, family, args.curve_values, args.curve_plays)
+        print(f"\nthe agent's win rate on the family (checkpoint 0, no hint) by {family.label}:")
+        print(f"| {family.label} | plays | win rate ± SE |\n|---|---|---|")
         for r in curve.itertuples():
             print(f"| {r.value} | {r.plays} | {r.win_rate:.3f} ± {r.se:.3f} |")
         log("curve measured")
         if args.curve_only:
             return 0
     if args.choices_only:
-        choices = measure_choices(config(root, "ablation", args.roles, args), args.choice_parents, args.choice_designs)
-        print(f"\nwhat the untrained designer writes, by its parent's people shown:\n{choices_table(choices)}")
+        cfg = config(root, "ablation", args.roles, args)
+        choices = measure_choices(cfg, family, args.choice_parents, args.choice_designs)
+        print(f"\nwhat the untrained designer writes, by its parent's {family.label}:")
+        print(choices_table(choices, family.label))
         log("choices measured")
         return 0
     if args.only:
@@ -447,11 +510,13 @@ def main() -> int:
     last = max(1, args.generations // 3)
     summary = {}
     for arm, run_id in ids.items():
-        rows, frames = arm_rows(root, run_id, args.generations)
+        rows, frames = arm_rows(root, family, run_id, args.generations)
         pooled = pd.concat(frames[-last:], ignore_index=True)
         summary[arm] = (*mean_se(pooled["raw"]), band_share(pooled))
         print(
-            f"\n{run_id} (designer.train={arm == 'trained'}, training.roles={args.roles}):\n{table(rows)}", flush=True
+            f"\n{run_id} (designer.train={arm == 'trained'}, training.roles={args.roles}):\n"
+            f"{table(rows, family.label)}",
+            flush=True,
         )
         if arm == "trained":
             print(f"\n{run_id}: the designer's updates\n{updates_table(designer_updates(root, run_id))}", flush=True)

@@ -1,5 +1,5 @@
-"""The designer's test bed: its parent family passes the validator in the jail at every difficulty, the
-preset holds the sizes the benchmark states (benchmarks/designer_learning.py), and ``designer.parents`` makes the
+"""The designer's test bed: its parent families pass the validator in the jail at every difficulty, the
+preset holds the sizes the benchmark states (benchmarks/designer_learning.py), and ``designer.parents`` makes a
 family every game skill's library parent."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from spade_core.store.schemas import SCHEMAS
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "designer_learning.py"
 (FAMILY,) = load_seed_envs(SEED_DIR / "difficulty")
+(WORDS_FAMILY,) = load_seed_envs(SEED_DIR / "use_the_words")
 NAMES = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena"]
 
 
@@ -44,6 +45,41 @@ def test_the_family_passes_the_validator_at_every_length(people: int) -> None:
     code = make_variant(FAMILY.code, f"_NAMES = {NAMES[:people]!r}")
     result = validate_code(code, ValidationConfig(), seeds=(0, 1, 2, 3))
     assert result.ok, result.message
+
+
+@pytest.mark.parametrize("words", [1, 2, 8, 12])
+def test_the_words_family_passes_the_validator_at_every_length(words: int) -> None:
+    code = _bench().FAMILIES["words"].variant(words)
+    result = validate_code(code, ValidationConfig(), seeds=(0, 1))
+    assert result.ok, result.message
+
+
+def test_the_words_family_pays_a_sentence_with_every_word_and_nothing_else() -> None:
+    namespace: dict[str, object] = {}
+    exec(make_variant(WORDS_FAMILY.code, "_WORDS = ['Oak', 'elm', 'oak', ' ']"), namespace)
+    env = namespace["UseTheWordsEnv"]()  # type: ignore[operator]
+    observation, _ = env.reset(seed=0)
+    assert observation == "Write one sentence that uses all of these words: Oak, elm, oak."
+    assert env.step("The OAK and the elm.")[1:3] == (1.0, True)
+    env.reset(seed=1)
+    reward, done = env.step("An elm.")[1:3]
+    assert (reward, done) == (0.0, True) and env.step("oak elm")[1] == 0.0  # the first reply is final
+    assert parameter_block(WORDS_FAMILY.code).startswith("_WORDS = [")
+    assert (WORDS_FAMILY.skill, WORDS_FAMILY.kind) == ("logical_deduction", "game")
+    assert WORDS_FAMILY.env_id not in {e.env_id for e in load_seed_envs()}
+
+
+def test_each_family_counts_its_difficulty_as_its_environment_does() -> None:
+    bench = _bench()
+    people, words = bench.FAMILIES["people"], bench.FAMILIES["words"]
+    assert [people.difficulty(people.variant(v)) for v in (1, 3, 12)] == [1, 3, 10]  # capped by the 10 words
+    assert [words.difficulty(words.variant(v)) for v in (1, 3, 12)] == [1, 3, 12]
+    assert words.difficulty(WORDS_FAMILY.code) == len(bench.parameters_of(WORDS_FAMILY.code)["_WORDS"])
+    assert bench.run_ids("designer", "words") == {
+        "trained": "designer-bench-words",
+        "ablation": "designer-bench-words-ablation",
+    }
+    assert bench.run_ids("designer")["trained"] == "designer-bench"
 
 
 def test_the_family_shows_its_difficulty_as_a_parameter_the_designer_writes() -> None:
@@ -79,6 +115,8 @@ def test_the_family_is_every_game_skills_parent_where_the_config_names_it() -> N
     assert outside.env_id != FAMILY.env_id and FAMILY.env_id not in mutation.parent_codes(Memory(MemoryConfig()))
     with pytest.raises(ConfigError, match=r"no seed environment .* in data/seed_envs/nowhere"):
         load_config("designer-bench", overrides=["designer.parents=nowhere"])
+    words = mutation.choose_parent(memory, "optimization", random.Random(0), parameters=True, parents="use_the_words")
+    assert (words.env_id, words.code) == (WORDS_FAMILY.env_id, WORDS_FAMILY.code)
 
 
 def test_people_shown_is_the_distinct_names_capped_by_the_words() -> None:
@@ -146,7 +184,8 @@ def test_the_benchmarks_doctests_pass() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--choice-parents", "1,x"), ("--curve-values", "0"), ("--choice-designs", "0")]
+    ("flag", "value"),
+    [("--choice-parents", "1,x"), ("--curve-values", "0"), ("--choice-designs", "0"), ("--family", "colours")],
 )
 def test_a_bad_count_on_the_command_line_fails_at_once_naming_it(flag: str, value: str) -> None:
     done = subprocess.run(

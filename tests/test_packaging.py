@@ -50,6 +50,8 @@ def _repo_files(folder: str, pattern: str) -> list[str]:
         ("data/configs", "*.yaml"),
         ("data/seed_envs", "*.py"),
         ("data/seed_envs/multiturn", "*.py"),
+        ("data/seed_envs/difficulty", "*.py"),
+        ("data/seed_envs/use_the_words", "*.py"),
         ("data/starter_envs", "*.py"),
         ("data/accelerate", "*.yaml"),
     ],
