@@ -97,8 +97,10 @@ from spade_core.store.verdicts import final_verdicts
 
 PRESET = "designer-bench"
 NAMES = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena"]
-WORDS = ["falcon", "copper", "meadow", "violin", "lantern", "pepper", "harbor", "canyon", "walnut", "orchid", "river"]
-WORDS += ["castle"]
+WORDS = [
+    *("falcon", "copper", "meadow", "violin", "lantern", "pepper"),
+    *("harbor", "canyon", "walnut", "orchid", "river", "castle"),
+]
 PLATEAU = (0.4, 0.6)  # scoring.plateau: 1 on [0.4, 0.6] (docs/method.md, step 7)
 EVAL_SEED_BASE = 2**32  # play_seed() draws below 2**32: the curve's seeds are never a run's
 T0 = time.perf_counter()
