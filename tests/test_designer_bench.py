@@ -54,7 +54,7 @@ def test_the_words_family_passes_the_validator_at_every_length(words: int) -> No
     assert result.ok, result.message
 
 
-def test_the_words_family_pays_a_sentence_with_every_word_and_nothing_else() -> None:
+def test_the_words_family_pays_only_a_first_reply_that_holds_every_word() -> None:
     namespace: dict[str, object] = {}
     exec(make_variant(WORDS_FAMILY.code, "_WORDS = ['Oak', 'elm', 'oak', ' ']"), namespace)
     env = namespace["UseTheWordsEnv"]()  # type: ignore[operator]
@@ -187,7 +187,7 @@ def test_the_benchmarks_doctests_pass() -> None:
     ("flag", "value"),
     [("--choice-parents", "1,x"), ("--curve-values", "0"), ("--choice-designs", "0"), ("--family", "colours")],
 )
-def test_a_bad_count_on_the_command_line_fails_at_once_naming_it(flag: str, value: str) -> None:
+def test_a_bad_flag_value_on_the_command_line_fails_at_once_naming_it(flag: str, value: str) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--choices-only", flag, value], capture_output=True, text=True, timeout=120
     )
