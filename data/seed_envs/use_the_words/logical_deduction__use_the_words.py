@@ -13,8 +13,10 @@ as the validator asks of a game.
 
 Measured base win rate by words asked for (the embedded SmolLM2-135M, no hint, the designer-bench preset's
 sampling and limits, 4 word sets x 4 plays each, evaluation seeds 2**32 + i, ad hoc at load ~1 on 2 cores;
-2026-12-06): 1: 0.88, 2: 0.50, 3: 0.31, 4: 0.06, 6: 0.06, 8: 0.06, 10: 0.00. Unlike the people family
-(data/seed_envs/difficulty/), it runs from near 1 to near 0; but the untrained designer wrote back the parent,
+2026-12-06): 1: 0.88, 2: 0.50, 3: 0.31, 4: 0.06, 6: 0.06, 8: 0.06, 10: 0.00; with the benchmark's one word
+set, 16 plays each: 1: 1.00, 2: 0.63, 3: 0.19, 4: 0.00, 6-10: 0.19 (replies that repeat the whole list).
+Unlike the people family (data/seed_envs/difficulty/), it runs from near 1 to near 0 within four words; but
+the untrained designer wrote back the parent,
 or nothing, in all 48 designs from parents of 2 and 3 words (benchmarks/README.md, designer_learning.py).
 """
 
