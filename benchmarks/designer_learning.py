@@ -64,6 +64,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (docs/DESIGN.md §8, "CPU threads")
 
 import argparse
+import functools
 import math
 import subprocess
 import tempfile
@@ -145,15 +146,13 @@ def is_parent_copy(code: str, parent: str) -> bool:
 
 def words_asked(code: str) -> int | None:
     """The difficulty of a variant of the words family: the words its sentence must hold (the distinct
-    non-blank words of ``_WORDS``, a string split on white space, at least one, as the environment counts
-    them); None when the code lacks the list.
+    non-blank words of ``_WORDS``, at least one, as the environment counts them; a parameter mutation keeps
+    the parent's list shape, so ``_WORDS`` is a list); None when the code lacks the list.
 
     >>> words_asked('_WORDS = ["oak", "elm", "oak", " "]\\n'), words_asked("_WORDS = []\\n"), words_asked("_N = 3\\n")
     (2, 1, None)
     """
     words = parameters_of(code).get("_WORDS")
-    if isinstance(words, str):
-        words = words.split()
     if not isinstance(words, list):
         return None
     return max(1, len({str(w).strip() for w in words if str(w).strip()}))
@@ -171,13 +170,15 @@ class Family:
     label: str
     difficulty: Callable[[str], int | None]
 
+    @functools.cached_property
     def env(self) -> SeedEnv:
+        """The family's one environment, read once."""
         (env,) = load_seed_envs(SEED_DIR / self.folder)
         return env
 
     def variant(self, value: int) -> str:
         """The parent with the first ``value`` items in its list parameter."""
-        return make_variant(self.env().code, f"{self.parameter} = {list(self.items[:value])!r}")
+        return make_variant(self.env.code, f"{self.parameter} = {list(self.items[:value])!r}")
 
 
 FAMILIES = {
@@ -334,7 +335,7 @@ def band_share(frame: pd.DataFrame) -> float:
 def arm_rows(
     root: str, family: Family, run_id: str, generations: int
 ) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
-    store, parent = Store(root), family.env().code
+    store, parent = Store(root), family.env.code
     rows, frames = [], []
     for gen in range(1, generations + 1):
         attempts = query(store, "select count(*) as n from validations where run_id = ? and gen = ?", [run_id, gen])
