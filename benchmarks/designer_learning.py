@@ -39,13 +39,16 @@ trained arm, a table of the designer's updates says what each trained on and how
 with a non-zero advantage, the mean absolute advantage, tokens, loss, gradient norm, KL): the signal per
 update when the arms do not part. ``--summary-only --store DIR`` prints the tables of runs already there.
 ``--roles both`` runs the same pair through the whole loop (the agent trained too; runs ``...-loop``).
+``--parent-value N`` starts every design from the family's parent with N items in its list (written to
+``STORE/parent/``, the run's ``designer.parents``), for a parent below or inside the band.
 ``--choices-only`` measures, instead of running, what the untrained designer writes from parents of several
 lengths (:func:`measure_choices`): how far the difficulty its designs choose spreads, which bounds what its
 reward can teach it.
 
     .venv/bin/python benchmarks/designer_learning.py [--generations 6] [--designs 8] [--plays 8] [--hinted 16]
         [--curve-plays 16] [--curve-values 1,2,3,4,6,8,12] [--no-curve | --curve-only] [--roles designer|both]
-        [--family people|words] [--store DIR] [--serial] [--set key=value ...] [--keep-checkpoints]
+        [--family people|words] [--parent-value N] [--store DIR] [--serial] [--set key=value ...]
+        [--keep-checkpoints]
         [--summary-only --store DIR]
         [--choices-only [--choice-parents 1,2,4] [--choice-designs 24]]
 
@@ -187,6 +190,16 @@ FAMILIES = {
     # data/seed_envs/use_the_words/: one sentence that uses every word of _WORDS
     "words": Family("use_the_words", "_WORDS", tuple(WORDS), "words asked for", words_asked),
 }
+
+
+def write_parent(root: str, family: Family, value: int) -> str:
+    """``--parent-value``: the family's parent with ``value`` items in its list, written as the one environment
+    of ``ROOT/parent/`` under the family's file name; the folder, for ``designer.parents``."""
+    folder = os.path.join(root, "parent")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, family.env.path.name), "w") as out:
+        out.write(family.variant(value))
+    return folder
 
 
 def config(root: str, arm: str, roles: str, args: argparse.Namespace) -> SpadeConfig:
@@ -333,9 +346,9 @@ def band_share(frame: pd.DataFrame) -> float:
 
 
 def arm_rows(
-    root: str, family: Family, run_id: str, generations: int
+    root: str, family: Family, run_id: str, generations: int, parent: str
 ) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
-    store, parent = Store(root), family.env.code
+    store = Store(root)
     rows, frames = [], []
     for gen in range(1, generations + 1):
         attempts = query(store, "select count(*) as n from validations where run_id = ? and gen = ?", [run_id, gen])
@@ -432,6 +445,18 @@ def difficulty_values(text: str) -> list[int]:
     return [int(v) for v in values]
 
 
+def difficulty_value(text: str) -> int:
+    """An argparse type: one list length a family can take.
+
+    >>> difficulty_value("1")
+    1
+    """
+    values = difficulty_values(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"must be one list length, got {text!r}")
+    return values[0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--generations", "-g", type=int, default=6, help="G: generations per arm (default 6).")
@@ -460,6 +485,14 @@ def main() -> int:
         help="The parent family: people (data/seed_envs/difficulty/, the default) or words "
         "(data/seed_envs/use_the_words/); it sets designer.parents, and words runs are named designer-bench-words.",
     )
+    parser.add_argument(
+        "--parent-value",
+        type=difficulty_value,
+        default=None,
+        help="Start every design from the family's parent with this many items in its list (written to "
+        "STORE/parent/, which becomes designer.parents); default: the family's own parent. Give it again with "
+        "--summary-only, so that parent copies are counted against it.",
+    )
     parser.add_argument("--roles", choices=["designer", "both"], default="designer", help="training.roles.")
     parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
     parser.add_argument("--only", choices=["trained", "ablation"], default=None, help="Run only one arm, here.")
@@ -482,6 +515,11 @@ def main() -> int:
     os.makedirs(root, exist_ok=True)
     load = os.getloadavg()[0]
     ids, family = run_ids(args.roles, args.family), FAMILIES[args.family]
+    parent = family.env.code
+    if args.parent_value is not None:
+        parent = family.variant(args.parent_value)
+        if not (args.summary_only or args.choices_only or args.curve_only or args.only):
+            args.set.append(f"designer.parents={write_parent(root, family, args.parent_value)}")
     work = "the untrained designer's choices" if args.choices_only else f"{args.generations} generations per arm"
     log(f"store {root}; {work}; load average {load:.2f}")
     if not args.no_curve:
@@ -513,7 +551,7 @@ def main() -> int:
     last = max(1, args.generations // 3)
     summary = {}
     for arm, run_id in ids.items():
-        rows, frames = arm_rows(root, family, run_id, args.generations)
+        rows, frames = arm_rows(root, family, run_id, args.generations, parent)
         pooled = pd.concat(frames[-last:], ignore_index=True)
         summary[arm] = (*mean_se(pooled["raw"]), band_share(pooled))
         print(

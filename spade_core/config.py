@@ -13,6 +13,7 @@ the embedded CPU model.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -200,10 +201,10 @@ class DesignerConfig(_Section):
     )
     parents: str | None = Field(
         None,
-        pattern=r"^[a-z0-9_]+$",
-        description="mutate/parameters: a folder of data/seed_envs whose environments are the library parents of "
-        "every mutation, each the parent of every skill of its kind (e.g. 'difficulty', the designer test bed's "
-        "family); None = the starters, then the seed library. The memory's parents still come first.",
+        description="mutate/parameters: a folder of data/seed_envs (a name), or an absolute path to a folder, whose "
+        "environments are the library parents of every mutation, each the parent of every skill of its kind "
+        "(e.g. 'difficulty', the designer test bed's family); None = the starters, then the seed library. The "
+        "memory's parents still come first.",
     )
     parent_max_similarity: float = Field(
         0.9,
@@ -306,8 +307,16 @@ class DesignerConfig(_Section):
     @field_validator("parents")
     @classmethod
     def _parents_folder(cls, folder: str | None) -> str | None:
-        if folder is not None and not any((data_dir("seed_envs") / folder).glob("*__*.py")):
-            raise ValueError(f"no seed environment (skill__name.py) in data/seed_envs/{folder}")
+        if folder is None:
+            return None
+        if Path(folder).is_absolute():
+            path, where = Path(folder), folder
+        elif re.fullmatch(r"[a-z0-9_]+", folder):
+            path, where = data_dir("seed_envs") / folder, f"data/seed_envs/{folder}"
+        else:
+            raise ValueError(f"{folder!r} is neither a folder name of data/seed_envs ([a-z0-9_]+) nor an absolute path")
+        if not any(path.glob("*__*.py")):
+            raise ValueError(f"no seed environment (skill__name.py) in {where}")
         return folder
 
 

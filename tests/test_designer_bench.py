@@ -119,6 +119,28 @@ def test_the_family_is_every_game_skills_parent_where_the_config_names_it() -> N
     assert (words.env_id, words.code) == (WORDS_FAMILY.env_id, WORDS_FAMILY.code)
 
 
+def test_a_parent_value_writes_the_shorter_parent_that_every_mutation_then_starts_from(tmp_path: Path) -> None:
+    bench = _bench()
+    folder = bench.write_parent(str(tmp_path), bench.FAMILIES["people"], 1)
+    cfg = load_config("designer-bench", overrides=[f"designer.parents={folder}"])
+    assert cfg.designer.parents == folder
+    variant = make_variant(FAMILY.code, "_NAMES = ['Ann']")
+    for skill in GAME_SKILLS:
+        parent = mutation.choose_parent(Memory(cfg.memory), skill, random.Random(0), parameters=True, parents=folder)
+        assert (parent.code, parent.source) == (variant, "seed") and bench.people_shown(parent.code) == 1
+    assert mutation.parent_codes(Memory(cfg.memory), folder) == {parent.env_id: variant}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("../seed_envs", "neither a folder name"), ("Difficulty", "neither a folder name"), ("/nowhere", "in /nowhere")],
+)
+def test_a_parents_value_that_is_no_folder_of_environments_fails_naming_it(value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as error:
+        load_config("designer-bench", overrides=[f"designer.parents={value}"])
+    assert value in str(error.value)
+
+
 def test_people_shown_is_the_distinct_names_capped_by_the_words() -> None:
     bench = _bench()
     assert bench.people_shown(FAMILY.code) == 4
@@ -185,7 +207,13 @@ def test_the_benchmarks_doctests_pass() -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--choice-parents", "1,x"), ("--curve-values", "0"), ("--choice-designs", "0"), ("--family", "colours")],
+    [
+        ("--choice-parents", "1,x"),
+        ("--curve-values", "0"),
+        ("--choice-designs", "0"),
+        ("--family", "colours"),
+        ("--parent-value", "1,2"),
+    ],
 )
 def test_a_bad_flag_value_on_the_command_line_fails_at_once_naming_it(flag: str, value: str) -> None:
     done = subprocess.run(

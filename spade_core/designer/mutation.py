@@ -51,7 +51,8 @@ class Parent:
 
 def library(parents: str | None = None) -> list[tuple[SeedEnv, str]]:
     """The library environments a mutation may start from, with their source: the starters then the seed
-    library, or with ``designer.parents`` only the environments of that folder of ``data/seed_envs``.
+    library, or with ``designer.parents`` only the environments of that folder of ``data/seed_envs`` (or of
+    that absolute path).
 
     >>> [(env.skill, source) for env, source in library("difficulty")]
     [('logical_deduction', 'seed')]
