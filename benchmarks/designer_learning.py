@@ -40,7 +40,7 @@ with a non-zero advantage, the mean absolute advantage, tokens, loss, gradient n
 update when the arms do not part. ``--summary-only --store DIR`` prints the tables of runs already there.
 ``--roles both`` runs the same pair through the whole loop (the agent trained too; runs ``...-loop``).
 ``--parent-value N`` starts every design from the family's parent with N items in its list (written to
-``STORE/parent/``, the run's ``designer.parents``), for a parent below or inside the band.
+``STORE/parents/FOLDER-N/``, the run's ``designer.parents``), for a parent below or inside the band.
 ``--choices-only`` measures, instead of running, what the untrained designer writes from parents of several
 lengths (:func:`measure_choices`): how far the difficulty its designs choose spreads, which bounds what its
 reward can teach it.
@@ -194,8 +194,12 @@ FAMILIES = {
 
 def write_parent(root: str, family: Family, value: int) -> str:
     """``--parent-value``: the family's parent with ``value`` items in its list, written as the one environment
-    of ``ROOT/parent/`` under the family's file name; the folder, for ``designer.parents``."""
-    folder = os.path.join(root, "parent")
+    of ``ROOT/parents/FOLDER-VALUE/`` under the family's file name; the folder, for ``designer.parents``.
+
+    A folder per family and value: the folder's path is part of the run's config, so a store that already
+    holds runs from another parent does not resume them as if their parent were this one.
+    """
+    folder = os.path.join(root, "parents", f"{family.folder}-{value}")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, family.env.path.name), "w") as out:
         out.write(family.variant(value))
@@ -490,8 +494,8 @@ def main() -> int:
         type=difficulty_value,
         default=None,
         help="Start every design from the family's parent with this many items in its list (written to "
-        "STORE/parent/, which becomes designer.parents); default: the family's own parent. Give it again with "
-        "--summary-only, so that parent copies are counted against it.",
+        "STORE/parents/FOLDER-N/, which becomes designer.parents); default: the family's own parent. Give it "
+        "again with --summary-only, so that parent copies are counted against it.",
     )
     parser.add_argument("--roles", choices=["designer", "both"], default="designer", help="training.roles.")
     parser.add_argument("--store", default=None, help="Store root (default: a new temporary directory, kept).")
@@ -518,7 +522,7 @@ def main() -> int:
     parent = family.env.code
     if args.parent_value is not None:
         parent = family.variant(args.parent_value)
-        if not (args.summary_only or args.choices_only or args.curve_only or args.only):
+        if not (args.summary_only or args.choices_only or args.curve_only):
             args.set.append(f"designer.parents={write_parent(root, family, args.parent_value)}")
     work = "the untrained designer's choices" if args.choices_only else f"{args.generations} generations per arm"
     log(f"store {root}; {work}; load average {load:.2f}")

@@ -129,6 +129,8 @@ def test_a_parent_value_writes_the_shorter_parent_that_every_mutation_then_start
         parent = mutation.choose_parent(Memory(cfg.memory), skill, random.Random(0), parameters=True, parents=folder)
         assert (parent.code, parent.source) == (variant, "seed") and bench.people_shown(parent.code) == 1
     assert mutation.parent_codes(Memory(cfg.memory), folder) == {parent.env_id: variant}
+    # another value gets its own folder, so the runs' configs (and what a store resumes) tell the parents apart
+    assert bench.write_parent(str(tmp_path), bench.FAMILIES["people"], 2) != folder
 
 
 @pytest.mark.parametrize(
