@@ -13,7 +13,6 @@ the embedded CPU model.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -21,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spade_core.hashing import short_hash
-from spade_core.resources import data_dir
+from spade_core.resources import data_dir, parents_dir
 
 PRESET_DIR = data_dir("configs")
 
@@ -307,15 +306,8 @@ class DesignerConfig(_Section):
     @field_validator("parents")
     @classmethod
     def _parents_folder(cls, folder: str | None) -> str | None:
-        if folder is None:
-            return None
-        if Path(folder).is_absolute():
-            path, where = Path(folder), folder
-        elif re.fullmatch(r"[a-z0-9_]+", folder):
-            path, where = data_dir("seed_envs") / folder, f"data/seed_envs/{folder}"
-        else:
-            raise ValueError(f"{folder!r} is neither a folder name of data/seed_envs ([a-z0-9_]+) nor an absolute path")
-        if not any(path.glob("*__*.py")):
+        if folder is not None and not any(parents_dir(folder).glob("*__*.py")):
+            where = folder if Path(folder).is_absolute() else f"data/seed_envs/{folder}"
             raise ValueError(f"no seed environment (skill__name.py) in {where}")
         return folder
 

@@ -7,6 +7,7 @@ editable install find them the same way, from any working directory.
 
 from __future__ import annotations
 
+import re
 from importlib.resources import files
 from pathlib import Path
 
@@ -33,3 +34,20 @@ def data_dir(kind: str) -> Path:
     if not directory.is_dir():
         raise FileNotFoundError(f"bundled data directory {str(directory)!r} is missing; reinstall spade")
     return directory
+
+
+def parents_dir(folder: str) -> Path:
+    """The folder a ``designer.parents`` value names: an absolute path as it is, a name (``[a-z0-9_]+``) as
+    that folder of the bundled seed environments.
+
+    Raises:
+        ValueError: ``folder`` is neither.
+
+    >>> parents_dir("difficulty") == data_dir("seed_envs") / "difficulty", parents_dir("/tmp/p")
+    (True, PosixPath('/tmp/p'))
+    """
+    if Path(folder).is_absolute():
+        return Path(folder)
+    if re.fullmatch(r"[a-z0-9_]+", folder):
+        return data_dir("seed_envs") / folder
+    raise ValueError(f"{folder!r} is neither a folder name of data/seed_envs ([a-z0-9_]+) nor an absolute path")

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from spade_core.config import skill_kind
 from spade_core.designer.memory import Memory
 from spade_core.designer.parameters import parameters_of
-from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs, load_starter_envs
+from spade_core.envs.seeds import SeedEnv, load_seed_envs, load_starter_envs
+from spade_core.resources import parents_dir
 
 PARENT_POOL = 10  # parents are drawn from the top 10 in-band memory entries by regret
 
@@ -58,7 +59,7 @@ def library(parents: str | None = None) -> list[tuple[SeedEnv, str]]:
     [('logical_deduction', 'seed')]
     """
     if parents is not None:
-        return [(e, "seed") for e in load_seed_envs(SEED_DIR / parents)]
+        return [(e, "seed") for e in load_seed_envs(parents_dir(parents))]
     return [(e, "starter") for e in load_starter_envs()] + [(e, "seed") for e in load_seed_envs()]
 
 
