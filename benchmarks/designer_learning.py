@@ -324,8 +324,11 @@ def side_by_side(root: str, args: argparse.Namespace) -> None:
 
 
 def generation_designs(store: Store, family: Family, run_id: str, gen: int) -> pd.DataFrame:
-    """The rewarded designs of one generation: raw blend, window win rate and difficulty (``value``)."""
+    """The rewarded designs of one generation that were played: raw blend, window win rate and difficulty
+    (``value``). A refused parent copy rewarded under ``scoring.parent_copy_raw`` has no window win rate and is
+    not one of them."""
     rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
+    rewards = rewards[rewards["window_win_rate"].notna()] if not rewards.empty else rewards
     if rewards.empty:
         return pd.DataFrame(columns=["design_id", "raw", "window_win_rate", "value"])
     pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id", "code"])

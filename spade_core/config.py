@@ -581,6 +581,15 @@ class ScoringConfig(_Section):
         "(its hinted plays measure the leak, not the environment) [on; off in the paper presets: the authors "
         "check no leak].",
     )
+    parent_copy_raw: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="A design the novelty stage refused as a copy of its parent (designer.mode mutate or "
+        "parameters): null = never trained on [null, as the authors]; a number = rewarded with this raw value, "
+        "centred among its skill's designs and trained like them, so that a copy costs the designer what the "
+        "designs it crowds out earn (ours, opt-in: the authors train no refused design).",
+    )
     regret_scale: float = Field(0.15, gt=0, description="Regret normaliser in blend [0.15].")
     plateau_low: float = Field(0.4, ge=0, le=1, description="Win-rate plateau start [0.4].")
     plateau_high: float = Field(0.6, ge=0, le=1, description="Win-rate plateau end [0.6].")
@@ -844,6 +853,15 @@ class SpadeConfig(_Section):
             raise ValueError(
                 f"designer.training_delay {delay} must be >= training.steps_per_generation {k}: a design's "
                 "reward is measured over its generation's whole window of K steps"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _copies_have_parents(self) -> SpadeConfig:
+        if self.scoring.parent_copy_raw is not None and self.designer.mode not in ("mutate", "parameters"):
+            raise ValueError(
+                f"scoring.parent_copy_raw {self.scoring.parent_copy_raw} needs designer.mode mutate or parameters "
+                f"(got {self.designer.mode!r}): only a mutation has a parent to copy"
             )
         return self
 

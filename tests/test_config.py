@@ -75,6 +75,11 @@ def test_hash_is_stable_and_tracks_changes() -> None:
         (["validation.code_repairs=[imports]"], "config key 'validation.code_repairs.0' has bad value 'imports'"),
         (["training.beta=0.01"], "training.drop_zero_advantage needs training.beta 0, got 0.01"),
         (["orchestration.max_staleness=2"], "config key 'orchestration.max_staleness' has bad value 2"),
+        (["scoring.parent_copy_raw=1.5"], "config key 'scoring.parent_copy_raw' has bad value 1.5"),
+        (
+            ["scoring.parent_copy_raw=0", "designer.mode=write"],
+            "scoring.parent_copy_raw 0.0 needs designer.mode mutate or parameters (got 'write')",
+        ),
         (
             ["orchestration.generation_devices=[0,1]", "orchestration.training_devices=[1,2]"],
             "orchestration.generation_devices [0, 1] and training_devices [1, 2] must be disjoint",

@@ -14,6 +14,7 @@ from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext
 from spade_core.pipeline.stages import reward
 from spade_core.store.artifacts import Store
+from spade_core.train.step import due_designs
 
 # Three valid designs (two optimization, one causal_inference) and one invalid; K = 2 steps, 2 no-hint plays
 # per env per step, 2 hinted plays at step 0.
@@ -35,15 +36,23 @@ NO_HINT = {
 HINT = {"e1": [1.0, 1.0], "e2": [1.0, 0.0], "e3": [1.0, 1.0]}
 
 
-def _store_generation(store: Store, run: str, gen: int, leaked: set[str] = frozenset(), broken: str | None = None):  # type: ignore[no-untyped-def]
+# Two more valid designs of optimization that the novelty stage refused: a copy of its parent and one too close
+# to a known environment (design, env, the novelty check).
+REFUSED = [("d5", "e5", "parameters"), ("d6", "e6", "embedding")]
+
+
+def _store_generation(  # type: ignore[no-untyped-def]
+    store: Store, run: str, gen: int, leaked: set[str] = frozenset(), broken: str | None = None, refused=False
+):
     designs, validations, pool, episodes, hints = [], [], [], [], []
-    for design_id, env_id, skill, ok in DESIGNS:
+    listed = DESIGNS + ([(d, e, "optimization", True) for d, e, _ in REFUSED] if refused else [])
+    for design_id, env_id, skill, ok in listed:
         code = f"class {design_id.upper()}: ..." if ok else None
         row = ROWS["designs"] | {"design_id": design_id, "env_id": env_id, "skill": skill, "code": code}
         designs.append(row | {"kind": "game", "group_id": design_id})
         verdict = {"ok": ok, "error_type": None if ok else "syntax_error", "message": None, "env_id": env_id}
         validations.append(ROWS["validations"] | {"design_id": design_id, "attempt": 0} | verdict)
-        if ok:
+        if ok and env_id not in {e for _, e, _ in REFUSED}:
             pool.append(ROWS["pool"] | {"env_id": env_id, "design_id": design_id, "skill": skill, "code": code})
             hints.append(ROWS["hints"] | {"env_id": env_id, "leaks_solution": env_id in leaked})
     for (env_id, step), returns in NO_HINT.items():
@@ -57,6 +66,10 @@ def _store_generation(store: Store, run: str, gen: int, leaked: set[str] = froze
             episodes.append((0, ROWS["episodes"] | row | {"episode_return": r}))
     write_stage(store, run, gen, "design", {"designs": pd.DataFrame(designs)})
     write_stage(store, run, gen, "validate", {"validations": pd.DataFrame(validations)})
+    if refused:
+        rows = [{"design_id": d, "attempt": 0, "env_id": e, "novel": False, "check": c} for d, e, c in REFUSED]
+        novelty = pd.DataFrame(rows).assign(similarity=1.0, threshold=0.9)
+        write_stage(store, run, gen, "novelty", {"novelty": novelty})
     write_stage(store, run, gen, "pool", {"pool": pd.DataFrame(pool)})
     write_stage(store, run, gen, "hint", {"hints": pd.DataFrame(hints)})
     for step in (0, 1):
@@ -116,3 +129,21 @@ def test_learning_potential_state_continues_in_the_next_generation(tmp_path: Pat
     assert state2.loc["optimization", "count"] == 2  # continued from generation 1's stored state
     # raw = |window mean of the env - mu_slow|: mu_slow stays 0.5 (same observation), e1 0.25, e2 0.25.
     assert frame.loc[["d1", "d2"], "raw"].tolist() == pytest.approx([0.25, 0.25])
+
+
+def test_a_parent_copy_is_rewarded_only_with_parent_copy_raw(tmp_path: Path) -> None:
+    summary, frame = _rewards(tmp_path / "authors", refused=True)
+    assert {"d5", "d6"}.isdisjoint(frame.index) and summary["parent_copies"] == 0  # the authors: no sample
+    summary, frame = _rewards(tmp_path / "ours", "scoring.parent_copy_raw=0", refused=True)
+    # The copy d5 joins optimization with raw 0 and no win rate; d6, refused as too close to a known
+    # environment (not its parent), stays out. Optimization: 0.64, 0.64, 0 -> mean 0.4267.
+    assert "d6" not in frame.index and summary["parent_copies"] == 1
+    assert frame.loc["d5", "raw"] == 0.0 and pd.isna(frame.loc["d5", "window_win_rate"])
+    assert frame.loc[["d1", "d2", "d5"], "centred"].tolist() == pytest.approx([0.64 / 3, 0.64 / 3, -1.28 / 3])
+    # The copy is a trained sample, so it counts in n_designer: 3 envs * 2 plays / 4 designs * K 2 = 3.
+    assert set(frame["scale"]) == {3.0} and frame.loc["d5", "reward"] == pytest.approx(-1.28)
+    # The trainer takes it at its train step with the valid designs.
+    cfg = load_config("tiny", overrides=[f"store.root={tmp_path / 'ours'}", "scoring.parent_copy_raw=0"])
+    due = due_designs(cfg, Store(str(tmp_path / "ours")), "r", 2).set_index("design_id")
+    assert sorted(due.index) == ["d1", "d2", "d3", "d5"] and due.loc["d5", "reward"] == pytest.approx(-1.28)
+    assert due.loc["d5", "error_type"] == "not_novel"

@@ -15,6 +15,8 @@ rewarded after the K steps of their window (the agent played the generation's po
                       learning_potential = |p(e) - mu_slow(skill)|, mu_slow read after this window's update
                                            (spade_core.method.learning_potential: the per-skill EMA state)
     drop            blend and solve_rate samples with raw < 0 (strictly) are never trained
+    copy       raw(e) = scoring.parent_copy_raw for a design refused as a copy of its parent, when set (ours,
+                      opt-in; unset, as the authors, a copy is no sample): no win rate, no regret
     centre     a(e) = raw(e) - mean{raw(e') : e' kept, same skill, same generation}    (no std division)
     scale      c    = min(n_agent / n_designer * K, cap)            [192 / 24 * 4 = 32 games; 50 cap]
     reward     A(e) = c * a(e)
@@ -38,6 +40,10 @@ module chose differently:
 - ``regret`` uses the matched-timing R above. The authors' ``regret_based`` variant instead subtracts the
   mean of the whole window's no-hint plays and gives a game whose ``step`` timed out a raw of -0.5; neither
   is mirrored (the authors' own blend docstring calls the window baseline biased on learnable games).
+- ``scoring.parent_copy_raw`` departs from the authors, who train no design the novelty filter refused. A
+  designer that learns its best-paid parent writes it back, and every copy is refused; with no sample for a
+  copy, nothing pays a copy less than the designs it crowds out, and the generation thins to a few designs
+  (docs/method.md, "The designer's test bed"). Set, a copy is a sample of its skill with that raw value.
 - An environment without no-hint plays is an error here (as in spade_core.method.scoring), where the authors score
   it with win rate 0; without hinted plays its regret is 0 here, where the authors set the hinted mean to 0
   (regret = -mean(first step)). The two agree whenever first-step returns are >= 0.
@@ -213,6 +219,7 @@ def designer_rewards(
     cfg: ScoringConfig,
     scale: float,
     lp_state: LearningPotentialState | None = None,
+    copies: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, LearningPotentialState | None]:
     """One generation's designer rewards: raw variant, drop, per-skill centring, scale (docs/DESIGN.md §7.2).
 
@@ -226,11 +233,24 @@ def designer_rewards(
         cfg: the blend / plateau constants (``cfg.designer_reward`` is not read).
         scale: the multiplier c, e.g. :func:`env_reward_scale`.
         lp_state: the learning-potential state before this generation; required for that variant.
+        copies: the designs refused as copies of their parent (``env_id``, ``skill``; other columns pass
+            through), rewarded with ``cfg.parent_copy_raw`` (which must be set) after ``envs``' rows, with
+            ``win_rate`` and ``regret`` NaN; they enter no learning-potential mean.
 
     Returns:
-        ``envs`` with :data:`OUTPUT_COLUMNS` added (``regret`` NaN when not computed; ``centred`` and
-        ``reward`` NaN where ``dropped``), and the new learning-potential state (``lp_state`` unchanged for the
-        other variants).
+        ``envs`` (then ``copies``) with :data:`OUTPUT_COLUMNS` added (``regret`` NaN when not computed;
+        ``centred`` and ``reward`` NaN where ``dropped``), and the new learning-potential state (``lp_state``
+        unchanged for the other variants).
+
+    Two played designs of one skill and a copy of their parent, with ``scoring.parent_copy_raw`` 0: the copy
+    lowers its skill's mean, so it is paid below both.
+
+    >>> envs = pd.DataFrame({"env_id": ["a", "b"], "skill": ["s", "s"], "win_rate": [0.5, 0.0]})
+    >>> cfg = ScoringConfig(parent_copy_raw=0.0)
+    >>> copy = pd.DataFrame({"env_id": ["c"], "skill": ["s"]})
+    >>> out, _ = designer_rewards(envs, "solve_rate", cfg, 1.0, copies=copy)
+    >>> out[["env_id", "raw", "centred"]].round(3).values.tolist()
+    [['a', 1.0, 0.667], ['b', 0.0, -0.333], ['c', 0.0, -0.333]]
     """
     _check_variant(variant)
     if not np.isfinite(scale) or scale < 0:
@@ -268,10 +288,17 @@ def designer_rewards(
     else:
         raw = np.array([raw_reward(variant, float(pi), float(ri), cfg) for pi, ri in zip(p, r, strict=True)])
         raw = raw.astype(float).reshape(len(out))
-    dropped = drop_mask(variant, raw)
-    centred = centre_per_skill(raw, skills, keep=~dropped)
     out["regret"] = r
     out["raw"] = raw
+    if copies is not None and not copies.empty:
+        if cfg.parent_copy_raw is None:
+            raise ValueError("copies are rewarded only with scoring.parent_copy_raw set")
+        rows = copies.assign(win_rate=np.nan, regret=np.nan, raw=float(cfg.parent_copy_raw))
+        out = pd.concat([out, rows], ignore_index=True)
+        skills += [str(s) for s in copies["skill"]]
+    raw = out["raw"].to_numpy(dtype=float)
+    dropped = drop_mask(variant, raw)
+    centred = centre_per_skill(raw, skills, keep=~dropped)
     out["dropped"] = dropped
     out["centred"] = centred
     out["reward"] = centred * scale

@@ -15,6 +15,9 @@ step) and returns the ``designer_rewards`` rows (:data:`REWARD_COLUMNS`)::
                  before the pool, counted before the drop
     train_step   the generation's first step + D (designer.training_delay), or the run's last step when
                  that comes first (training.total_steps: the authors' flush; spade_core.steps.design_train_step)
+    copies       with scoring.parent_copy_raw set, the designs the novelty stage refused as copies of their
+                 parent (``copies``; not the later top-ups'): raw = that value, centred among the skill's
+                 designs, no win rate; they count in n_designer (they are trained)
     later        a design a later step's top-up made (designer.top_up_at: steps, step k) had no hint: raw,
                  centred and reward 0, kept (late_top_up_rewards), trained at first step + k + D; it counts
                  in no skill mean and not in n_designer
@@ -79,6 +82,28 @@ def state_before(previous: pd.DataFrame, scoring: ScoringConfig) -> LearningPote
     return LearningPotentialState.from_frame(previous, scoring.lp_gamma_fast, scoring.lp_gamma_slow)
 
 
+def parent_copies(
+    designs: pd.DataFrame, copies: Collection[str], later: Mapping[str, int], scoring: ScoringConfig
+) -> pd.DataFrame:
+    """The refused parent copies to reward (``design_id``, ``env_id``, ``skill``): the designs of ``copies``
+    among the generation's first designs whose final verdict is ``not_novel``, none unless
+    ``scoring.parent_copy_raw`` is set.
+
+    >>> designs = pd.DataFrame({"design_id": ["d1", "d2", "d3"], "env_id": ["e1", "e2", "e3"],
+    ...                         "skill": ["logic"] * 3, "ok": [True, False, False],
+    ...                         "error_type": [None, "not_novel", "not_novel"]})
+    >>> parent_copies(designs, {"d2", "d3"}, {"d3": 1}, ScoringConfig(parent_copy_raw=0.0))["design_id"].tolist()
+    ['d2']
+    >>> len(parent_copies(designs, {"d2"}, {}, ScoringConfig()))
+    0
+    """
+    if scoring.parent_copy_raw is None or designs.empty or not copies:
+        return pd.DataFrame(columns=["design_id", "env_id", "skill"])
+    refused = ~designs["ok"].astype(bool) & (designs["error_type"] == "not_novel")
+    chosen = refused & designs["design_id"].isin(set(copies)) & ~designs["design_id"].isin(set(later))
+    return designs.loc[chosen, ["design_id", "env_id", "skill"]].reset_index(drop=True)
+
+
 def window_rewards(
     designs: pd.DataFrame,
     later: Mapping[str, int],
@@ -88,6 +113,7 @@ def window_rewards(
     cfg: SpadeConfig,
     gen: int,
     state: LearningPotentialState,
+    copies: Collection[str] = (),
 ) -> WindowRewards:
     """The designer rewards of generation ``gen``'s designs over its window (see the module doc).
 
@@ -105,6 +131,8 @@ def window_rewards(
         cfg: the run's config (K, the scoring settings, the training delay and total steps).
         gen: the generation.
         state: the learning-potential state before this generation (:func:`state_before`).
+        copies: the design_ids the novelty stage refused as copies of their parent; rewarded only with
+            ``scoring.parent_copy_raw`` set.
 
     Two valid designs of one skill and one without code, over a window of K = 2 steps; each environment has two
     no-hint plays per step and one hinted play (at step 0):
@@ -136,9 +164,11 @@ def window_rewards(
     usable = window[window["n_no_hint"] > 0].copy()
     usable.loc[usable["env_id"].isin(leaked()), "r_hint"] = float("nan")  # a hint that still leaks: no regret
     envs = first.merge(usable, on="env_id", how="inner")
+    refused = parent_copies(designs, copies, later, cfg.scoring)
     n_agent = agent_plays()
-    scale = env_reward_scale(n_agent, len(envs), k, cfg.scoring.reward_scale_cap) if len(envs) else 0.0
-    frame, new_state = designer_rewards(envs, cfg.scoring.designer_reward, cfg.scoring, scale, state)
+    n_designer = len(envs) + len(refused)
+    scale = env_reward_scale(n_agent, n_designer, k, cfg.scoring.reward_scale_cap) if len(envs) else 0.0
+    frame, new_state = designer_rewards(envs, cfg.scoring.designer_reward, cfg.scoring, scale, state, refused)
     frame = frame.assign(train_step=design_train_step(cfg, gen))
     late = valid[valid["design_id"].isin(later)].merge(usable, on="env_id", how="inner")
     if not late.empty:  # a later step's top-ups: no hint, reward 0, trained D steps after that step
@@ -155,6 +185,7 @@ def window_rewards(
         "scale": scale,
         "train_step": design_train_step(cfg, gen),
         "topped_up_later": len(late),
+        "parent_copies": len(refused),
         "broken_envs": broken,
     }
     return WindowRewards(rows, new_state or state, info)

@@ -4,10 +4,11 @@ In a parameter mutation the designer writes new values for its parent's paramete
 ``spade_core/designer/parameters.py``). Where the parent's difficulty is a number, such as the length of
 ``_NAMES`` in the designer test bed's family (``data/seed_envs/difficulty/``: how many people's answers the
 observation lists), the numbers the designs carry are the difficulty the designer chose. For each
-rewarded design of a run in that mode (``designer_rewards``, the designs the curve is made of) this reads its
-environment's code (the ``pool`` row) and keeps its numbers: each integer parameter's value and each
-container parameter's length (``len(_NAMES)``); per generation and number it gives the designs, the mean with
-its standard error, and how many designs chose each value.
+rewarded design of a run in that mode (``designer_rewards``, the designs the curve is made of; not a refused
+parent copy, which ``scoring.parent_copy_raw`` rewards unplayed) this reads its environment's code (the
+``pool`` row) and keeps its numbers: each integer parameter's value and each container parameter's length
+(``len(_NAMES)``); per generation and number it gives the designs, the mean with its standard error, and how
+many designs chose each value.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ CHOSEN_COLUMNS = ["run_id", "gen", "parameter", "designs", "mean", "se", "values
 _REWARDED_CODE = """
 select r.run_id, r.gen, r.design_id, any_value(p.code) as code
 from designer_rewards r join pool p on p.run_id = r.run_id and p.gen = r.gen and p.env_id = r.env_id
-where list_contains($runs, r.run_id)
+where list_contains($runs, r.run_id) and r.window_win_rate is not null  -- not a refused parent copy
 group by all order by r.run_id, r.gen, r.design_id
 """
 

@@ -156,15 +156,18 @@ SCHEMAS: dict[str, pa.Schema] = {
             # Files written when this table had a designer_reward column still read (the column is ignored).
         ]
     ),
-    # The designer's reward of each valid design of a generation, over the generation's whole window of K
-    # steps (the reward stage, after the last step); the samples are trained at global step ``train_step``.
+    # The designer's reward of each valid design of a generation (and, under scoring.parent_copy_raw, of each
+    # refused parent copy), over the generation's whole window of K steps (the reward stage, after the last
+    # step); the samples are trained at global step ``train_step``.
     "designer_rewards": pa.schema(
         [
             _f("design_id", _str),
             _f("env_id", _str),
             _f("skill", _str),
-            _f("window_win_rate", pa.float64()),  # mean return of every no-hint play over the K steps
-            _f("regret", pa.float64()),  # mean(hinted) - mean(no-hint at the first step); 0 if the hint leaked
+            # mean return of every no-hint play over the K steps; null for a refused parent copy rewarded under
+            # scoring.parent_copy_raw (never played), as its regret
+            _f("window_win_rate", pa.float64(), True),
+            _f("regret", pa.float64(), True),  # mean(hinted) - mean(no-hint at the first step); 0 if the hint leaked
             _f("raw", pa.float64()),  # the variant's value before centring
             _f("dropped", pa.bool_()),  # raw < 0: never trained on
             _f("centred", pa.float64(), True),  # raw - its skill's mean over the kept designs

@@ -14,7 +14,8 @@ Two roles share one update:
   ``designer.training_delay`` steps after that generation's first step); reward = the raw designer
   reward over the generation's window, advantage = that reward centred on its skill's mean and scaled
   (the ``designer_rewards`` table, written by the reward stage). Invalid attempts and dropped designs are
-  never samples. The designer's samples come first in the batch.
+  never samples; a design refused as a copy of its parent is one only with ``scoring.parent_copy_raw`` set.
+  The designer's samples come first in the batch.
 
 SPADE computes every advantage itself (TRL is told not to renormalise, ``spade_core.train.step``), so groups
 may have any size and the roles any mix; a group whose advantages are all zero (one play, or equal

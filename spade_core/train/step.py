@@ -73,7 +73,8 @@ def refill_stages(cfg: SpadeConfig, upto: int | None = None) -> list[str]:
 
 
 def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> pd.DataFrame:
-    """The rewarded, kept designs trained at ``global_step``: final design rows joined with their
+    """The rewarded, kept designs trained at ``global_step`` (the refused parent copies the reward stage rewarded
+    among them): final design rows joined with their
     ``designer_rewards`` row whose ``train_step`` is this step (empty when none are due, the designer is frozen
     or the pool is fixed). Those of the generation whose designs are due now, and at the run's last step those
     due after it (:func:`spade_core.steps.due_generations`)."""
@@ -88,7 +89,8 @@ def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -
         if due.empty:
             continue
         designs = final_designs(store, run_id, gen, steps=refill_stages(cfg))
-        frames.append(designs[designs["ok"]].merge(due[["design_id", "raw", "reward"]], on="design_id", how="inner"))
+        # a reward row names a valid design, or a refused parent copy with scoring.parent_copy_raw set
+        frames.append(designs.merge(due[["design_id", "raw", "reward"]], on="design_id", how="inner"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

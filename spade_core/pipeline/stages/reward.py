@@ -2,7 +2,8 @@
 
 Runs after the generation's last step, when every play of the window exists. The stage reads the designs with
 their final verdicts (the later steps' top-ups, ``refill-s{k}``, among them), every play of the K steps and the
-learning-potential state the previous generation's reward stage stored, and hands the library the leaking hints
+learning-potential state the previous generation's reward stage stored (with ``scoring.parent_copy_raw`` set,
+also the novelty stage's refusals of parent copies), and hands the library the leaking hints
 (with ``scoring.zero_leaked_regret``) and the agent's plays per step to read when some design is rewarded;
 :func:`spade_core.method.window_rewards.window_rewards` computes the rows (the formulas and which designs they
 apply to are there), and the stage writes them to ``designer_rewards`` with the new state to
@@ -25,6 +26,7 @@ from spade_core.steps import top_up_steps
 from spade_core.store.verdicts import final_designs
 
 EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type", "policy_step"]
+PARENT_CHECKS = ("parent", "parameters")  # the novelty checks that refuse a copy of the design's own parent
 
 
 def made_later(ctx: GenerationContext) -> dict[str, int]:
@@ -43,6 +45,16 @@ def leaked(ctx: GenerationContext) -> Collection[str]:
     return leaked_env_ids(ctx.read("hints", ["hint"], ["env_id", "leaks_solution"]))
 
 
+def parent_copy_ids(ctx: GenerationContext) -> set[str]:
+    """The designs the novelty stage refused as copies of their parent (checks ``parent`` and ``parameters``);
+    read only with ``scoring.parent_copy_raw`` set, the only case that rewards them."""
+    if ctx.cfg.scoring.parent_copy_raw is None:
+        return set()
+    rows = ctx.read("novelty", ["novelty"], ["design_id", "novel", "check"])
+    refused = ~rows["novel"].astype(bool) & rows["check"].isin(PARENT_CHECKS)
+    return {str(d) for d in rows.loc[refused, "design_id"]}
+
+
 def agent_plays(ctx: GenerationContext) -> int:
     """The agent's no-hint plays of one step: the pool's environments times each one's plays."""
     size = len(ctx.pool())
@@ -58,7 +70,15 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     previous = ctx.read_previous("designer_lp_state", ctx.stage)  # this stage's own file of generation gen - 1
     state = state_before(previous.drop(columns=["run_id", "gen"], errors="ignore"), cfg.scoring)
     rows, new_state, info = window_rewards(
-        designs, made_later(ctx), episodes, partial(leaked, ctx), partial(agent_plays, ctx), cfg, ctx.gen, state
+        designs,
+        made_later(ctx),
+        episodes,
+        partial(leaked, ctx),
+        partial(agent_plays, ctx),
+        cfg,
+        ctx.gen,
+        state,
+        parent_copy_ids(ctx),
     )
     ctx.write("designer_rewards", rows)
     ctx.write("designer_lp_state", new_state.to_frame())
