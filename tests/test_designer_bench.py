@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from samples import ROWS, write_stage
 
 from spade_core.config import GAME_SKILLS, ConfigError, MemoryConfig, ValidationConfig, load_config
 from spade_core.designer import mutation
@@ -189,6 +190,21 @@ def test_the_designer_updates_table_reads_what_each_update_trained_on(tmp_path: 
     assert frame["tokens"].tolist() == [300, 120]
     assert frame["grad_norm"].iloc[0] == 1.5 and math.isnan(frame["grad_norm"].iloc[1])  # step 4: no metrics row
     assert "| 2 | 3 | 2 | 0.200 | 300 | 0.0100 | 1.500 | n/a |" in bench.updates_table(frame)
+
+
+def test_the_blend_counts_the_designs_played_not_the_parent_copies_rewarded_unplayed(tmp_path: Path) -> None:
+    bench, store = _bench(), Store(str(tmp_path))
+    two = make_variant(FAMILY.code, "_NAMES = ['Ann', 'Ben']")
+    pool = pd.DataFrame(
+        [ROWS["pool"] | {"env_id": "e2", "code": two}, ROWS["pool"] | {"env_id": "e4", "code": FAMILY.code}]
+    )
+    rewards = pd.DataFrame([ROWS["designer_rewards"]] * 2).assign(
+        design_id=["d2", "copy"], env_id=["e2", "e4"], window_win_rate=[0.5, None], regret=[0.1, None], raw=[0.6, 0.0]
+    )
+    write_stage(store, "r", 1, "pool", {"pool": pool})
+    write_stage(store, "r", 1, "reward", {"designer_rewards": rewards})
+    frame = bench.generation_designs(store, bench.FAMILIES["people"], "r", 1)
+    assert frame[["design_id", "raw", "value"]].values.tolist() == [["d2", 0.6, 2]]
 
 
 def test_a_parent_copy_is_a_design_that_writes_back_both_of_the_parents_lists() -> None:
