@@ -828,9 +828,12 @@ def test_the_generation_summary_reads_the_trained_designer_reward(tmp_path: Path
     assert rewarded[1:] == [pytest.approx((0.5, -0.2)), pytest.approx((0.9, 0.2))]
 
 
-def _parameter_run(store: Store, run_id: str, people: dict[int, list[int]], overrides: list[str]) -> None:
+def _parameter_run(
+    store: Store, run_id: str, people: dict[int, list[int]], overrides: list[str], copies: int = 0
+) -> None:
     """A ``designer.mode: parameters`` run: per generation one rewarded design per entry of ``people[gen]``,
-    a variant of the test bed's family listing that many people, with raw blend 0.1 x people."""
+    a variant of the test bed's family listing that many people, with raw blend 0.1 x people; and ``copies``
+    refused copies of the first design's code, rewarded unplayed (``scoring.parent_copy_raw=0``)."""
     _config(store, run_id, ["designer.mode=parameters", *overrides])
     names = ["Ann", "Ben", "Cleo", "Dan", "Eva", "Finn"]
     for gen, counts in people.items():
@@ -844,21 +847,26 @@ def _parameter_run(store: Store, run_id: str, people: dict[int, list[int]], over
                 | {"regret": 0.0, "raw": 0.1 * n, "dropped": False, "scale": 1.0, "centred": 0.0, "reward": 0.0}
                 | {"train_step": gen * K}
             )
+        copy = rewards[0] | {"window_win_rate": None, "regret": None, "raw": 0.0}
+        rewards += [copy | {"design_id": f"{run_id}-g{gen}-copy{i}"} for i in range(copies)]
         _pool_and_plays(store, run_id, gen, pool)
         write_stage(store, run_id, gen, "reward", {"designer_rewards": pd.DataFrame(rewards)})
 
 
 def test_the_designer_curve_has_standard_errors_and_the_chosen_difficulty(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
-    _parameter_run(store, "bench", {1: [4, 4, 2], 2: [2, 1, 1, 2]}, [])
+    # Two parent copies per generation in the trained run: trained, never played, so in no curve and no choice.
+    _parameter_run(store, "bench", {1: [4, 4, 2], 2: [2, 1, 1, 2]}, ["scoring.parent_copy_raw=0"], copies=2)
     _parameter_run(store, "bench-ablation", {1: [4, 4, 2], 2: [4, 3]}, ["designer.train=false"])
     data = load_run(store, "bench", baseline="bench-ablation")
     curve = data.designer_reward.set_index("gen")
     # gen 2: raw 0.2, 0.1, 0.1, 0.2: std 0.0577, SE = std / sqrt(4)
     assert curve.loc[2, "raw_se"] == pytest.approx(0.0577350 / 2, rel=1e-4)
+    assert curve.loc[2, ["designs", "raw_mean", "trained"]].tolist() == pytest.approx([4, 0.15, 6])
     chosen = data.chosen_parameters
     names = chosen[chosen["parameter"] == "len(_NAMES)"].set_index(["run_id", "gen"])
     assert names.loc[("bench", 2), "values"] == "1:2 2:2" and names.loc[("bench", 2), "mean"] == 1.5
+    assert names.loc[("bench", 1), "designs"] == 3
     assert names.loc[("bench-ablation", 2), "values"] == "3:1 4:1" and names.loc[("bench-ablation", 1), "designs"] == 3
     assert set(chosen["parameter"]) == {"len(_NAMES)", "len(_WORDS)"}  # a bool is no number
     out = tmp_path / "out"

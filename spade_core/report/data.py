@@ -95,13 +95,17 @@ from g left join d using (gen) left join v using (gen) left join s using (gen)
 order by g.gen
 """.replace("{valid}", _VALID_SCORES).replace("{verdicts}", _VERDICTS)
 
-# The designer's reward per generation of the run and of the baseline run, from the reward stage's rows.
+# The designer's reward per generation of the run and of the baseline run, from the reward stage's rows: the
+# raw curve over the designs played (not the parent copies scoring.parent_copy_raw rewards unplayed, which have
+# no window win rate), the trained count and advantage over every sample.
 _DESIGNER_REWARD = """
-select run_id, gen, count(*) as designs, avg(raw) as raw_mean, stddev_samp(raw) as raw_std,
-       min(raw) as raw_min, max(raw) as raw_max, count(*) filter (where not dropped) as trained,
+with r as (select *, window_win_rate is not null as played from designer_rewards)
+select run_id, gen, count(*) filter (where played) as designs, avg(raw) filter (where played) as raw_mean,
+       stddev_samp(raw) filter (where played) as raw_std, min(raw) filter (where played) as raw_min,
+       max(raw) filter (where played) as raw_max, count(*) filter (where not dropped) as trained,
        avg(reward) filter (where not dropped) as trained_mean,
        stddev_samp(reward) filter (where not dropped) as trained_std, min(train_step) as train_step
-from designer_rewards where run_id = $run or run_id = $baseline
+from r where run_id = $run or run_id = $baseline
 group by run_id, gen order by run_id, gen
 """
 DESIGNER_REWARD_COLUMNS = [

@@ -212,7 +212,9 @@ def _designer_reward(data: RunData, figures: Mapping[str, bytes | None]) -> str:
         "(blend, solve_rate); the trained reward of the others is their raw value centred on their skill's mean "
         "and scaled: the advantage the designer sample is trained with (so its mean is 0 by construction; its "
         "spread is what moves the designer), in the batch of the global step shown. Invalid designs, replayed "
-        "and fixed-pool environments are never rewarded. – : the generation's reward stage has not run."
+        "and fixed-pool environments are never rewarded; a design refused as a copy of its parent is trained "
+        "(with scoring.parent_copy_raw) but never played, so it is counted in trained, not in the curve. "
+        "– : the generation's reward stage has not run."
         + (
             f" Beside it, baseline run {esc(baseline)}: its own {esc(raw_label(variant_of(data.baseline.config)))}"
             " per generation (e.g. a designer.train=false ablation next to the trained designer)."
