@@ -61,6 +61,7 @@ def generation_summary(
     rewards = _rewards(store, run_id, gen)
     rewarded = "reward" in records or not rewards.empty  # else: not run yet, or a fixed pool (never runs)
     kept = rewards.loc[~rewards["dropped"].astype(bool), "reward"]
+    measured = rewards[rewards["window_win_rate"].notna()]  # not a parent copy rewarded unplayed
     trains = [r.info.get("summary", {}) for name, r in records.items() if r.stage.startswith("train-s")]
     losses = [t["loss_mean"] for t in trains if t.get("loss_mean") is not None]
     notes = sorted({t["skipped_reason"] for t in trains if t.get("skipped_reason")})
@@ -79,8 +80,8 @@ def generation_summary(
         "win_rate": _mean(played["win_rate"]),
         "regret": _mean(played["regret"]),
         "designer_variant": variant_of(read_config(store, run_id)[1]),
-        "designer_rewarded": len(rewards) if rewarded else None,
-        "designer_raw": _mean(rewards["raw"]),
+        "designer_rewarded": len(measured) if rewarded else None,
+        "designer_raw": _mean(measured["raw"]),
         "designer_trained": len(kept) if rewarded else None,
         "designer_reward": _mean(kept),
         "designer_reward_std": float(kept.std()) if len(kept) > 1 else None,
