@@ -34,10 +34,13 @@ last line is
 
     blend_last_trained=A±a blend_last_ablation=B±b band_share_trained=C band_share_ablation=D generations=G minutes=M
 
-where "last" pools the designs of the last third of the generations (at least one). Before it, for the
-trained arm, a table of the designer's updates says what each trained on and how large it was (samples, those
-with a non-zero advantage, the mean absolute advantage, tokens, loss, gradient norm, KL): the signal per
-update when the arms do not part. ``--summary-only --store DIR`` prints the tables of runs already there.
+where "last" pools the designs of the last third of the generations (at least one). The line before it gives
+A and B again with one value per environment and generation (:func:`one_per_environment`): designs that wrote
+the same code share one environment and its plays, so the first count can shrink a standard error that the
+second cannot. Before them, for the trained arm, a table of the designer's updates says what each trained
+on and how large it was (samples, those with a non-zero advantage, the mean absolute advantage, tokens, loss,
+gradient norm, KL): the signal per update when the arms do not part. ``--summary-only --store DIR`` prints
+the tables of runs already there.
 ``--roles both`` runs the same pair through the whole loop (the agent trained too; runs ``...-loop``).
 ``--parent-value N`` starts every design from the family's parent with N items in its list (written to
 ``STORE/parents/FOLDER-N/``, the run's ``designer.parents``), for a parent below or inside the band.
@@ -347,6 +350,17 @@ def mean_se(values: pd.Series) -> tuple[float, float]:
     return float(values.mean()), se
 
 
+def one_per_environment(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each generation's designs with one row per environment: designs that wrote the same code share one
+    environment and its plays, so their raw values are one measurement, not several.
+
+    >>> gen = pd.DataFrame({"env_id": ["e1", "e1", "e2"], "raw": [0.4, 0.4, 0.0]})
+    >>> one_per_environment([gen, gen])["raw"].tolist()
+    [0.4, 0.0, 0.4, 0.0]
+    """
+    return pd.concat([f.drop_duplicates("env_id") for f in frames], ignore_index=True)
+
+
 def band_share(frame: pd.DataFrame) -> float:
     rates = frame["window_win_rate"].dropna()
     return float(rates.between(*PLATEAU).mean()) if len(rates) else math.nan
@@ -556,11 +570,13 @@ def main() -> int:
         else:
             side_by_side(root, args)
     last = max(1, args.generations // 3)
-    summary = {}
+    summary, distinct = {}, {}
     for arm, run_id in ids.items():
         rows, frames = arm_rows(root, family, run_id, args.generations, parent)
         pooled = pd.concat(frames[-last:], ignore_index=True)
         summary[arm] = (*mean_se(pooled["raw"]), band_share(pooled))
+        once = one_per_environment(frames[-last:])
+        distinct[arm] = (*mean_se(once["raw"]), len(once))
         print(
             f"\n{run_id} (designer.train={arm == 'trained'}, training.roles={args.roles}):\n"
             f"{table(rows, family.label)}",
@@ -573,6 +589,11 @@ def main() -> int:
     (a, sa, c), (b, sb, d) = summary["trained"], summary["ablation"]
     log(f"report: spade report {ids['trained']} --baseline {ids['ablation']} --store {root}")
     minutes = math.nan if args.summary_only else (time.perf_counter() - T0) / 60
+    (a1, sa1, na), (b1, sb1, nb) = distinct["trained"], distinct["ablation"]
+    print(
+        f"one value per environment and generation (designs of one code share its plays): blend_last_trained="
+        f"{fmt(a1)}±{fmt(sa1)} ({na} environments) blend_last_ablation={fmt(b1)}±{fmt(sb1)} ({nb} environments)"
+    )
     print(
         f"blend_last_trained={fmt(a)}±{fmt(sa)} blend_last_ablation={fmt(b)}±{fmt(sb)} "
         f"band_share_trained={fmt(c, 2)} band_share_ablation={fmt(d, 2)} generations={args.generations} "
