@@ -73,11 +73,11 @@ def refill_stages(cfg: SpadeConfig, upto: int | None = None) -> list[str]:
 
 
 def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> pd.DataFrame:
-    """The rewarded, kept designs trained at ``global_step`` (the refused parent copies the reward stage rewarded
-    among them): final design rows joined with their
-    ``designer_rewards`` row whose ``train_step`` is this step (empty when none are due, the designer is frozen
-    or the pool is fixed). Those of the generation whose designs are due now, and at the run's last step those
-    due after it (:func:`spade_core.steps.due_generations`)."""
+    """The rewarded, kept designs trained at ``global_step`` (among them the refused parent copies that
+    ``scoring.parent_copy_raw`` rewards): final design rows joined with their ``designer_rewards`` row whose
+    ``train_step`` is this step (empty when none are due, the designer is frozen or the pool is fixed). Those
+    of the generation whose designs are due now, and at the run's last step those due after it
+    (:func:`spade_core.steps.due_generations`)."""
     if not cfg.designer.train or cfg.designer.fixed_pool:
         return pd.DataFrame()
     frames = []
