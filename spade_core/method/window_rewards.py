@@ -99,7 +99,7 @@ def parent_copies(
     """
     if scoring.parent_copy_raw is None or designs.empty or not copies:
         return pd.DataFrame(columns=["design_id", "env_id", "skill"])
-    refused = ~designs["ok"].astype(bool) & (designs["error_type"] == "not_novel")
+    refused = designs["error_type"] == "not_novel"  # the final verdict (not ok) that the novelty stage gave
     chosen = refused & designs["design_id"].isin(set(copies)) & ~designs["design_id"].isin(set(later))
     return designs.loc[chosen, ["design_id", "env_id", "skill"]].reset_index(drop=True)
 
