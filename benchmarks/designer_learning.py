@@ -39,8 +39,12 @@ A and B again with one value per environment and generation (:func:`one_per_envi
 the same code share one environment and its plays, so the first count can shrink a standard error that the
 second cannot. Before them, for the trained arm, a table of the designer's updates says what each trained
 on and how large it was (samples, those with a non-zero advantage, the mean absolute advantage, tokens, loss,
-gradient norm, KL): the signal per update when the arms do not part. ``--summary-only --store DIR`` prints
-the tables of runs already there.
+gradient norm, KL): the signal per update when the arms do not part. A last table asks what the reward can
+tell apart among designs of one difficulty value (:func:`noise_rows`, both arms, once per environment and
+generation): the variance of raw across them beside the variance their plays' sampling alone would give if
+the agent won them all equally often; the share of the two, pooled over values, says how much of what the
+designer is trained on within a value is the plays' luck. ``--summary-only --store DIR`` prints the tables
+of runs already there.
 ``--roles both`` runs the same pair through the whole loop (the agent trained too; runs ``...-loop``).
 ``--parent-value N`` starts every design from the family's parent with N items in its list (written to
 ``STORE/parents/FOLDER-N/``, the run's ``designer.parents``), for a parent below or inside the band.
@@ -82,7 +86,7 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.config import SpadeConfig, load_config
+from spade_core.config import ScoringConfig, SpadeConfig, load_config
 from spade_core.designer.batch import sampling
 from spade_core.designer.corpus import sample_documents
 from spade_core.designer.design import parameters_messages, truncate_document
@@ -96,7 +100,10 @@ from spade_core.designer.parameters import (
 from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest
+from spade_core.method.designer_reward import window_inputs
+from spade_core.method.scoring import plateau
 from spade_core.pipeline.local import StageLog, run_run
+from spade_core.pipeline.stages.reward import EPISODE_COLUMNS
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
@@ -327,18 +334,21 @@ def side_by_side(root: str, args: argparse.Namespace) -> None:
 
 
 def generation_designs(store: Store, family: Family, run_id: str, gen: int) -> pd.DataFrame:
-    """The rewarded designs of one generation that were played: raw blend, window win rate and difficulty
-    (``value``). A refused parent copy rewarded under ``scoring.parent_copy_raw`` has no window win rate and is
-    not one of them."""
+    """The rewarded designs of one generation that were played: raw blend, window win rate, difficulty
+    (``value``) and the no-hint plays the win rate was measured on (``n_no_hint``, as the reward stage counts
+    them: spade_core.method.designer_reward.window_inputs). A refused parent copy rewarded under
+    ``scoring.parent_copy_raw`` has no window win rate and is not one of them."""
     rewards = store.read_table("designer_rewards", run_id, gen, stages=["reward"])
     rewards = rewards[rewards["window_win_rate"].notna()] if not rewards.empty else rewards
     if rewards.empty:
-        return pd.DataFrame(columns=["design_id", "raw", "window_win_rate", "value"])
+        return pd.DataFrame(columns=["design_id", "env_id", "raw", "window_win_rate", "value", "n_no_hint"])
     pool = store.read_table("pool", run_id, gen, stages=["pool"], columns=["env_id", "code"])
     values = {e: family.difficulty(c) for e, c in zip(pool["env_id"], pool["code"], strict=True)}
     frame = rewards[["design_id", "env_id", "raw", "window_win_rate"]].copy()
     frame["value"] = frame["env_id"].map(values)
-    return frame
+    episodes = store.read_table("episodes", run_id, gen, columns=list(EPISODE_COLUMNS))
+    window = window_inputs(episodes)  # the no-hint plays each window win rate was measured on, as the reward
+    return frame.merge(window[["env_id", "n_no_hint"]], on="env_id", how="left")
 
 
 def mean_se(values: pd.Series) -> tuple[float, float]:
@@ -359,6 +369,88 @@ def one_per_environment(frames: list[pd.DataFrame]) -> pd.DataFrame:
     [0.4, 0.0, 0.4, 0.0]
     """
     return pd.concat([f.drop_duplicates("env_id") for f in frames], ignore_index=True)
+
+
+def sampling_variance(p: float, plays: int, scoring: ScoringConfig) -> float:
+    """The variance of a design's plateau term that its window's ``plays`` no-hint plays alone give, when the
+    agent wins it with probability ``p``: the observed win rate is k / n with k ~ Binomial(n, p), so
+
+        Var = sum_k C(n, k) p^k (1 - p)^(n - k) (w_p * plateau(k / n) - E)^2,   E the same sum's mean
+
+    (the plateau term of the blend, spade_core.method.scoring.blend_reward; the regret term's own sampling
+    adds to it). A design the agent always or never wins has none.
+
+    >>> cfg = ScoringConfig()
+    >>> sampling_variance(0.0, 12, cfg), sampling_variance(1.0, 12, cfg)
+    (0.0, 0.0)
+    >>> round(sampling_variance(0.38, 12, cfg), 4), round(sampling_variance(0.38, 48, cfg), 4)
+    (0.037, 0.0127)
+    """
+    probabilities = [math.comb(plays, k) * p**k * (1 - p) ** (plays - k) for k in range(plays + 1)]
+    terms = [
+        scoring.plateau_weight * plateau(k / plays, scoring.plateau_low, scoring.plateau_high, scoring.plateau_falloff)
+        for k in range(plays + 1)
+    ]
+    mean = sum(q * t for q, t in zip(probabilities, terms, strict=True))
+    return float(sum(q * (t - mean) ** 2 for q, t in zip(probabilities, terms, strict=True)))
+
+
+def noise_rows(frame: pd.DataFrame, scoring: ScoringConfig) -> list[dict[str, Any]]:
+    """What the reward can tell apart among designs of one difficulty value: per value, the designs (one per
+    environment), their no-hint plays (median), their mean raw, the variance of raw across them, and the
+    variance the plays' sampling alone would give if the agent won every design of that value equally often
+    (:func:`sampling_variance` at the value's pooled win rate, for each design's plays, averaged). Where the
+    two variances match, the raw values of that value's designs differ by the plays' luck, not by what the
+    designs wrote.
+
+    >>> frame = pd.DataFrame({"value": [2, 2, 2, 5], "raw": [0.6, 0.2, 0.4, 0.0],
+    ...                       "window_win_rate": [0.5, 0.25, 0.33, 0.0], "n_no_hint": [12, 12, 12, 12]})
+    >>> [(r["value"], r["designs"], round(r["variance"], 3)) for r in noise_rows(frame, ScoringConfig())]
+    [(2, 3, 0.04), (5, 1, nan)]
+    """
+    rows = []
+    for value, group in frame.dropna(subset=["value"]).groupby("value"):
+        raw = group["raw"].astype(float)
+        plays = group["n_no_hint"].astype(int)
+        pooled = float((group["window_win_rate"] * plays).sum() / plays.sum())  # the value's wins / its plays
+        sampling = [sampling_variance(pooled, n, scoring) for n in plays]
+        rows.append(
+            {
+                "value": int(value),
+                "designs": len(group),
+                "plays": int(plays.median()),
+                "mean": float(raw.mean()),
+                "variance": float(raw.var(ddof=1)) if len(group) > 1 else math.nan,
+                "sampling": sum(sampling) / len(group),
+            }
+        )
+    return rows
+
+
+def sampling_share(rows: list[dict[str, Any]]) -> float:
+    """The share of the variance of raw within one difficulty value that the plays' sampling gives, pooled over
+    the values with two designs or more (each weighted by its designs - 1).
+
+    >>> sampling_share([{"designs": 3, "variance": 0.04, "sampling": 0.03}, {"designs": 1, "variance": math.nan,
+    ...                 "sampling": 0.0}])
+    0.75
+    """
+    kept = [r for r in rows if r["designs"] > 1]
+    within = sum((r["designs"] - 1) * r["variance"] for r in kept)
+    return sum((r["designs"] - 1) * r["sampling"] for r in kept) / within if within > 0 else math.nan
+
+
+def noise_table(rows: list[dict[str, Any]], label: str) -> str:
+    lines = [
+        f"| {label} | designs | no-hint plays | mean raw | variance of raw | variance the plays give |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['value']} | {r['designs']} | {r['plays']} | {fmt(r['mean'])} | {fmt(r['variance'], 4)} "
+        f"| {fmt(r['sampling'], 4)} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
 
 
 def band_share(frame: pd.DataFrame) -> float:
@@ -570,9 +662,10 @@ def main() -> int:
         else:
             side_by_side(root, args)
     last = max(1, args.generations // 3)
-    summary, distinct = {}, {}
+    summary, distinct, played = {}, {}, []
     for arm, run_id in ids.items():
         rows, frames = arm_rows(root, family, run_id, args.generations, parent)
+        played += [frame.assign(gen=gen) for gen, frame in enumerate(frames, 1)]
         pooled = pd.concat(frames[-last:], ignore_index=True)
         summary[arm] = (*mean_se(pooled["raw"]), band_share(pooled))
         once = one_per_environment(frames[-last:])
@@ -586,6 +679,14 @@ def main() -> int:
             print(f"\n{run_id}: the designer's updates\n{updates_table(designer_updates(root, run_id))}", flush=True)
         if not args.keep_checkpoints:
             drop_checkpoints(Store(root), run_id)
+    # both arms' designs, once per environment and generation (the generations the arms share, duplicate codes)
+    designs = pd.concat(played, ignore_index=True).drop_duplicates(["gen", "env_id"])
+    noise = noise_rows(designs, config(root, "trained", args.roles, args).scoring)
+    print(
+        f"\nwhat the reward tells apart within one value of {family.label} (both arms):\n"
+        f"{noise_table(noise, family.label)}\n"
+        f"within one value, the plays' sampling gives {fmt(sampling_share(noise), 2)} of the variance of raw"
+    )
     (a, sa, c), (b, sb, d) = summary["trained"], summary["ablation"]
     log(f"report: spade report {ids['trained']} --baseline {ids['ablation']} --store {root}")
     minutes = math.nan if args.summary_only else (time.perf_counter() - T0) / 60

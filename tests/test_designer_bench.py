@@ -16,12 +16,13 @@ import pandas as pd
 import pytest
 from samples import ROWS, write_stage
 
-from spade_core.config import GAME_SKILLS, ConfigError, MemoryConfig, ValidationConfig, load_config
+from spade_core.config import GAME_SKILLS, ConfigError, MemoryConfig, ScoringConfig, ValidationConfig, load_config
 from spade_core.designer import mutation
 from spade_core.designer.memory import Memory, MemoryEntry
 from spade_core.designer.parameters import make_variant, parameter_block
 from spade_core.envs.seeds import SEED_DIR, load_seed_envs
 from spade_core.envs.validate import validate_code
+from spade_core.method.scoring import blend_reward
 from spade_core.store.artifacts import Store
 from spade_core.store.schemas import SCHEMAS
 
@@ -201,10 +202,32 @@ def test_the_blend_counts_the_designs_played_not_the_parent_copies_rewarded_unpl
     rewards = pd.DataFrame([ROWS["designer_rewards"]] * 2).assign(
         design_id=["d2", "copy"], env_id=["e2", "e4"], window_win_rate=[0.5, None], regret=[0.1, None], raw=[0.6, 0.0]
     )
+    plays = pd.DataFrame([ROWS["episodes"]] * 5).assign(
+        episode_id=[f"p{i}" for i in range(5)], env_id="e2", condition=["no_hint"] * 4 + ["hint"]
+    )
     write_stage(store, "r", 1, "pool", {"pool": pool})
+    write_stage(store, "r", 1, "rollout-s0", {"episodes": plays})
     write_stage(store, "r", 1, "reward", {"designer_rewards": rewards})
     frame = bench.generation_designs(store, bench.FAMILIES["people"], "r", 1)
-    assert frame[["design_id", "raw", "value"]].values.tolist() == [["d2", 0.6, 2]]
+    assert frame[["design_id", "raw", "value", "n_no_hint"]].values.tolist() == [["d2", 0.6, 2, 4]]
+
+
+def _designs(win_rates: list[float], plays: int, seed: int) -> pd.DataFrame:
+    """Designs of one value whose raw blend is measured on ``plays`` no-hint plays each, as the reward does
+    (regret 0): each design's agent wins with its probability in ``win_rates``."""
+    rng, cfg = random.Random(seed), ScoringConfig()
+    measured = [sum(rng.random() < p for _ in range(plays)) / plays for p in win_rates]
+    raw = [blend_reward(p, 0.0, cfg) for p in measured]
+    return pd.DataFrame({"value": 2, "raw": raw, "window_win_rate": measured, "n_no_hint": plays})
+
+
+def test_the_sampling_share_is_near_one_when_designs_differ_only_by_the_plays_luck() -> None:
+    bench = _bench()
+    same = bench.noise_rows(_designs([0.38] * 400, 12, seed=0), ScoringConfig())
+    apart = bench.noise_rows(_designs([0.05, 0.5] * 200, 12, seed=0), ScoringConfig())
+    assert same[0]["designs"] == 400 and same[0]["plays"] == 12
+    assert 0.8 < bench.sampling_share(same) < 1.25  # 0.91-1.17 over seeds 0-4
+    assert bench.sampling_share(apart) < 0.75  # 0.66-0.68: the designs' own win rates add variance
 
 
 def test_a_parent_copy_is_a_design_that_writes_back_both_of_the_parents_lists() -> None:
