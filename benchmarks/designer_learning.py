@@ -409,7 +409,7 @@ def noise_rows(frame: pd.DataFrame, scoring: ScoringConfig) -> list[dict[str, An
     [(2, 3, 0.04), (5, 1, nan)]
     """
     rows = []
-    for value, group in frame.dropna(subset=["value"]).groupby("value"):
+    for value, group in frame.dropna(subset=["value", "n_no_hint"]).groupby("value"):
         raw = group["raw"].astype(float)
         plays = group["n_no_hint"].astype(int)
         pooled = float((group["window_win_rate"] * plays).sum() / plays.sum())  # the value's wins / its plays
