@@ -100,10 +100,9 @@ from spade_core.designer.parameters import (
 from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest
-from spade_core.method.designer_reward import window_inputs
+from spade_core.method.designer_reward import PLAY_COLUMNS, window_inputs
 from spade_core.method.scoring import plateau
 from spade_core.pipeline.local import StageLog, run_run
-from spade_core.pipeline.stages.reward import EPISODE_COLUMNS
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
@@ -346,7 +345,7 @@ def generation_designs(store: Store, family: Family, run_id: str, gen: int) -> p
     values = {e: family.difficulty(c) for e, c in zip(pool["env_id"], pool["code"], strict=True)}
     frame = rewards[["design_id", "env_id", "raw", "window_win_rate"]].copy()
     frame["value"] = frame["env_id"].map(values)
-    episodes = store.read_table("episodes", run_id, gen, columns=list(EPISODE_COLUMNS))
+    episodes = store.read_table("episodes", run_id, gen, columns=list(PLAY_COLUMNS))
     window = window_inputs(episodes)  # the no-hint plays each window win rate was measured on, as the reward
     return frame.merge(window[["env_id", "n_no_hint"]], on="env_id", how="left")
 

@@ -72,6 +72,7 @@ DEFAULT_SCALE_CAP = 50.0  # --spade-max-env-reward-scale
 INPUT_COLUMNS = ("env_id", "skill", "win_rate")  # plus r_hint, r_no_hint_first for blend / regret; n_no_hint
 OUTPUT_COLUMNS = ("regret", "raw", "dropped", "centred", "reward")
 WINDOW_COLUMNS = ("env_id", "win_rate", "n_no_hint", "r_no_hint_first", "r_hint", "n_hint", "n_broken")
+PLAY_COLUMNS = ("env_id", "condition", "episode_return", "error_type", "policy_step")  # what window_inputs reads
 
 
 def _check_variant(variant: str) -> None:

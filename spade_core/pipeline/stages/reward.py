@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from spade_core.llm.base import Generator
+from spade_core.method.designer_reward import PLAY_COLUMNS
 from spade_core.method.window_rewards import state_before, window_rewards
 from spade_core.pipeline.context import GenerationContext
 from spade_core.play.hints import leaked_env_ids
@@ -25,7 +26,6 @@ from spade_core.stage_names import instance_name
 from spade_core.steps import top_up_steps
 from spade_core.store.verdicts import final_designs
 
-EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type", "policy_step"]
 PARENT_CHECKS = ("parent", "parameters")  # the novelty checks that refuse a copy of the design's own parent
 
 
@@ -66,7 +66,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     refills = [instance_name("refill", s) for s in top_up_steps(cfg)]
     designs = final_designs(ctx.store, ctx.run_id, ctx.gen, steps=refills)
     steps = [instance_name("rollout", s) for s in range(cfg.training.steps_per_generation)]
-    episodes = ctx.read("episodes", steps, EPISODE_COLUMNS)
+    episodes = ctx.read("episodes", steps, list(PLAY_COLUMNS))
     previous = ctx.read_previous("designer_lp_state", ctx.stage)  # this stage's own file of generation gen - 1
     state = state_before(previous.drop(columns=["run_id", "gen"], errors="ignore"), cfg.scoring)
     rows, new_state, info = window_rewards(
