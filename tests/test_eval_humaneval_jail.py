@@ -4,12 +4,9 @@ nothing on the host may change."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,34 +15,8 @@ from spade_core.eval import EvalItem, HumanEvalSuite
 from spade_core.eval.humaneval import problems
 
 TASK = "HumanEval/0"  # has_close_elements(numbers, threshold)
-
-
-def _left_behind(root: int) -> list[str]:
-    """The ``pid args`` lines of the one-shot jailed programs that are this process's (below ``root``: a jail's
-    program runs under its nsjail) or nobody's (the program or its nsjail orphaned to init). A second pytest
-    worker runs jails of its own at the same time; those are neither."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,args="], capture_output=True, text=True).stdout
-    rows = [line.split(None, 2) for line in out.splitlines() if len(line.split(None, 2)) == 3]
-    parent = {int(pid): int(ppid) for pid, ppid, _ in rows}
-    left = []
-    for pid, ppid, args in rows:
-        if "In-jail one-shot program runner" not in args:
-            continue
-        chain, up = [], int(ppid)
-        while up > 1 and up not in chain:
-            chain.append(up)
-            up = parent.get(up, 1)
-        if root in chain or len(chain) < 2:  # ours, or no nsjail and launcher between it and init
-            left.append(f"{pid} {args}")
-    return left
-
-
-@pytest.fixture(autouse=True)
-def no_program_left_behind() -> Iterator[None]:
-    """Fail a test that leaves a one-shot jailed program running: this process's, or one orphaned to init."""
-    yield
-    left = _left_behind(os.getpid())
-    assert left == [], left
+# every test fails if it leaves a jailed program of its own (or an orphaned one) running
+pytestmark = pytest.mark.usefixtures("jail_processes_checked")
 
 
 @pytest.fixture(scope="module")
