@@ -101,7 +101,7 @@ from spade_core.envs.seeds import SEED_DIR, SeedEnv, load_seed_envs
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest
 from spade_core.method.designer_reward import PLAY_COLUMNS, window_inputs
-from spade_core.method.scoring import plateau
+from spade_core.method.scoring import blend_reward
 from spade_core.pipeline.local import StageLog, run_run
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store.artifacts import Store
@@ -386,10 +386,7 @@ def sampling_variance(p: float, plays: int, scoring: ScoringConfig) -> float:
     (0.037, 0.0127)
     """
     probabilities = [math.comb(plays, k) * p**k * (1 - p) ** (plays - k) for k in range(plays + 1)]
-    terms = [
-        scoring.plateau_weight * plateau(k / plays, scoring.plateau_low, scoring.plateau_high, scoring.plateau_falloff)
-        for k in range(plays + 1)
-    ]
+    terms = [blend_reward(k / plays, 0.0, scoring) for k in range(plays + 1)]  # with no regret: the plateau term
     mean = sum(q * t for q, t in zip(probabilities, terms, strict=True))
     return float(sum(q * (t - mean) ** 2 for q, t in zip(probabilities, terms, strict=True)))
 
