@@ -12,7 +12,9 @@ with one of them was broken by the environment (its code, its limits or its jail
 contract makes ``step`` accept any string, so even an action that makes it raise is the environment's
 fault. Such a play is retried (``rollout.env_retries``) and, if it still fails, kept as a row with its
 ``error_type`` but left out of win rates and training. ``model_error`` (the model call for a turn failed)
-is not the environment's: that play counts as return 0. A play past ``rollout.play_deadline_s`` ends with
+is not the environment's either, nor the agent's: it is retried on the engine as it then is
+(``rollout.model_retries``) and, if it still fails, left out the same way (:data:`LEFT_OUT_ERROR_TYPES`),
+as the authors drop a sample whose generation failed. A play past ``rollout.play_deadline_s`` ends with
 ``deadline``, which :data:`ENV_ERROR_TYPES` holds too (left out, as the authors drop it) but which is never
 retried. The validator's and the novelty verdict's classes never end an episode.
 
@@ -76,6 +78,9 @@ ERROR_MEANINGS: dict[ErrorType, str] = {
 ENV_ERROR_TYPES: frozenset[ErrorType] = frozenset(
     {"syntax_error", "contract_error", "exception", "timeout", "memory", "output_limit", "jail_error", "deadline"}
 )
+# Every error that says nothing about the agent: the environment's (above) and a failed model call. A play
+# that ends with one is kept as a row but left out of win rates, regret, designer rewards and training.
+LEFT_OUT_ERROR_TYPES: frozenset[ErrorType] = ENV_ERROR_TYPES | {"model_error"}
 # Episode returns are clamped to this range (the authors' spade/core/utils/rewards.py:47-50).
 RETURN_RANGE = (-1.0, 1.0)
 
@@ -99,6 +104,16 @@ def is_env_error(value: object) -> bool:
     (True, True, False, False)
     """
     return isinstance(value, str) and value in ENV_ERROR_TYPES
+
+
+def is_left_out(value: object) -> bool:
+    """Whether a play with this ``error_type`` is left out of scoring and training: the environment broke it,
+    or its model call failed (:data:`LEFT_OUT_ERROR_TYPES`).
+
+    >>> is_left_out("timeout"), is_left_out("model_error"), is_left_out(None), is_left_out("trivial")
+    (True, True, False, False)
+    """
+    return isinstance(value, str) and value in LEFT_OUT_ERROR_TYPES
 
 
 def episode_return(rewards: Sequence[float], terminated: bool) -> float:

@@ -135,6 +135,13 @@ class ModelConfig(_Section):
     )
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout (openai/vllm).")
     max_retries: int = Field(3, ge=0, description="Retries with backoff on transient model errors.")
+    health_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="backend=vllm: seconds the engine's health probe (a one-token request) may take before the "
+        "engine counts as hung and is replaced; a request that times out asks for the probe first.",
+    )
     server_command: list[str] | None = Field(
         None,
         description="backend=vllm: server launch template with {python} {model} {host} {port} {dtype} {seed} "
@@ -538,6 +545,20 @@ class RolloutConfig(_Section):
     )
     jail_time_limit_s: int = Field(
         3600, gt=0, description="Wall-clock limit of one episode's jail (it idles while the model generates)."
+    )
+    model_retries: int = Field(
+        1,
+        ge=0,
+        description="Retries of a play whose model call failed (error_type 'model_error'), from the start on the "
+        "engine as it is then (restarted when it had died or hung); a play that still fails is kept as a row but "
+        "left out of win rates, regret and training, as the authors drop a failed sample [1; ours].",
+    )
+    max_model_error_share: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="The share of a rollout's plays that may end in 'model_error' (after model_retries); past it "
+        "the generation stops with one line instead of training on what is left [0.25; ours; 1 = never stop].",
     )
     play_deadline_s: float | None = Field(
         None,

@@ -96,3 +96,22 @@ class InOrder:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class FailFirst:
+    """Another generator whose first ``failures`` requests fail as a server's would (``Completion.error``):
+    a play whose model call failed, then a healthy engine."""
+
+    inner: Scripted
+    failures: int
+    model_ref: str = "scripted:fail-first"
+    supports_token_prompts: bool = False
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        failing, self.failures = min(self.failures, len(requests)), max(0, self.failures - len(requests))
+        failed = [Completion(text="", finish_reason="error", error="HTTP 503: the engine restarts")] * failing
+        return failed + (self.inner.generate(requests[failing:], params) if requests[failing:] else [])
+
+    def close(self) -> None:
+        pass

@@ -86,11 +86,12 @@ def test_regret_is_taken_against_the_first_step_only() -> None:
 def test_window_inputs_aggregates_episodes_by_step() -> None:
     episodes = pd.DataFrame(
         [
-            # env a: steps 4 (first) and 5 of the window; a play whose model call failed counts as 0 whatever
-            # its return; plays the environment broke are left out (and counted).
+            # env a: steps 4 (first) and 5 of the window; a play whose model call failed and plays the
+            # environment broke are left out whatever their return (and counted).
             ("a", "no_hint", 1.0, None, 4),
             ("a", "no_hint", 0.0, None, 4),
             ("a", "no_hint", 1.0, None, 5),
+            ("a", "no_hint", 0.0, None, 5),
             ("a", "no_hint", 1.0, "model_error", 5),
             ("a", "no_hint", 1.0, "timeout", 5),
             ("a", "no_hint", 0.0, "exception", 3),  # broken: it does not make step 3 the window's first
@@ -116,7 +117,7 @@ def test_window_inputs_aggregates_episodes_by_step() -> None:
     assert out.loc["a", "r_no_hint_first"] == pytest.approx(0.5)
     assert out.loc["a", "r_hint"] == pytest.approx(0.75)
     assert out.loc["a", "n_hint"] == 2
-    assert out.loc["a", "n_broken"] == 3
+    assert out.loc["a", "n_broken"] == 4
     assert out.loc["b", "win_rate"] == pytest.approx(0.5)
     assert out.loc["b", "r_no_hint_first"] == pytest.approx(0.75)
     assert math.isnan(out.loc["b", "r_hint"]) and out.loc["b", "n_hint"] == 0

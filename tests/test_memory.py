@@ -344,8 +344,8 @@ def test_win_fraction_counts_no_hint_plays_with_return_above_zero() -> None:
         }
     )
     # A: 0.2 and 1.0 win, -0.5 and 0.0 do not (the hinted plays are ignored). B: the play the environment
-    # broke (timeout) is left out; the model's failure is a play, not won: 2 of 3.
-    assert win_fractions(episodes) == {"A": 0.5, "B": pytest.approx(2 / 3)}
+    # broke (timeout) and the one whose model call failed are left out: 2 of 2.
+    assert win_fractions(episodes) == {"A": 0.5, "B": 1.0}
     assert win_fractions(episodes.drop(columns=["error_type"]))["B"] == 1.0
 
 

@@ -118,7 +118,8 @@ def _pool_and_plays(store: Store, run_id: str, gen: int, pool: list[tuple]) -> N
 
     At global step s a design environment wins s of its PLAYS no-hint plays (the agent "learns"); every
     other environment wins 2 of PLAYS. The first pool environment also has one no-hint play per step that
-    ended in an error with return 1.0 (the engine would say 0): it must count as 0. Hinted plays (return 1,
+    failed in the model call with return 1.0 in the frame: it is a play with an error, left out of the win
+    rate. Hinted plays (return 1,
     step 0 of the generation) and a `spade demo` play (policy_step -1) must not count at all.
     """
     columns = ["env_id", "design_id", "skill", "kind", "code", "source"]
@@ -132,7 +133,7 @@ def _pool_and_plays(store: Store, run_id: str, gen: int, pool: list[tuple]) -> N
             if k == 0:
                 rows += [_play(env_id, "hint", p, 1.0, step) for p in range(2)]
             if i == 0:
-                rows.append(_play(env_id, "no_hint", 99, 1.0, step, error="model_error"))  # the agent's: a 0
+                rows.append(_play(env_id, "no_hint", 99, 1.0, step, error="model_error"))  # left out
         store.write_table("episodes", _frame("episodes", rows), run_id=run_id, gen=gen, stage=f"rollout-s{k}")
     demo = _play(pool[0][0], "no_hint", 0, 1.0, -1)
     store.write_table("episodes", _frame("episodes", [demo]), run_id=run_id, gen=gen, stage="seed_check")
@@ -646,15 +647,15 @@ def test_learning_curve_numbers(tmp_path: Path) -> None:
     # hinted plays and the demo play (policy_step -1) are not steps of the curve
     assert sorted(curve["step"].unique()) == [0, 1, 2, 3]
     assert dict(zip(curve["step"], curve["gen"], strict=True)) == {0: 1, 1: 1, 2: 2, 3: 2}
-    # step 3, optimization, design: the optimization design wins 3 of 4, and its errored play (return 1.0
-    # in the frame) counts as 0 -> 3 / 5
+    # step 3, optimization, design: the optimization design wins 3 of 4, and its play whose model call failed
+    # (return 1.0 in the frame) is counted as a play with an error but left out of the win rate -> 3 / 4
     row = at(3, "skill_source", "optimization", "design")
-    assert (row["plays"], row["errors"], row["win_rate"]) == (5, 1, pytest.approx(0.6))
-    # step 3, optimization (design 3 of 5 + replay 2 of 4), overall 13 of 21, design source 9 of 13
-    assert at(3, "skill", skill="optimization")["win_rate"] == pytest.approx(5 / 9)
-    assert at(3, "overall")["win_rate"] == pytest.approx(13 / 21)
-    assert at(3, "source", source="design")["win_rate"] == pytest.approx(9 / 13)
-    assert at(0, "overall")["win_rate"] == pytest.approx(4 / 21)  # the hinted plays (all wins) are left out
+    assert (row["plays"], row["errors"], row["win_rate"]) == (5, 1, pytest.approx(0.75))
+    # step 3, optimization (design 3 of 4 + replay 2 of 4), overall 13 of 20, design source 9 of 12
+    assert at(3, "skill", skill="optimization")["win_rate"] == pytest.approx(5 / 8)
+    assert at(3, "overall")["win_rate"] == pytest.approx(13 / 20)
+    assert at(3, "source", source="design")["win_rate"] == pytest.approx(9 / 12)
+    assert at(0, "overall")["win_rate"] == pytest.approx(4 / 20)  # the hinted plays (all wins) are left out
     assert at(1, "source", source="starter")["plays"] == PLAYS
     assert set(curve.loc[curve["level"] == "skill", "skill"]) == {s for s, _ in SKILLS}
     table = learning_curve_table(curve)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from agents import OracleAgent, Scripted, oracle_answers
+from agents import FailFirst, OracleAgent, Scripted, oracle_answers
 from typer.testing import CliRunner
 
 from sandbox.outcome import episode_return
@@ -351,13 +351,29 @@ def test_a_play_the_environment_broke_once_is_retried_and_counts(tiny_generator)
     assert [m["content"] for m in rows[0]["transcript"] if m["role"] == "assistant"] == ["\\boxed{win}"]
 
 
-def test_retries_follow_the_config_and_a_model_error_is_not_retried(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+def test_retries_follow_the_config_for_the_environment_and_the_model(tiny_generator) -> None:  # type: ignore[no-untyped-def]
     agent = Scripted({0: ["\\boxed{crash}", "\\boxed{win}"], 1: ["\\boxed{win}"]}, fail=frozenset({1}))
-    no_retry = RolloutConfig(max_turns=2, max_tokens_per_turn=16, max_context_tokens=2048, env_retries=0)
+    no_retry = RolloutConfig(
+        max_turns=2, max_tokens_per_turn=16, max_context_tokens=2048, env_retries=0, model_retries=0
+    )
     eng = engine(agent, no_retry, tokenizer=tiny_generator.tokenizer)
     rows = eng.run([EpisodeSpec(env_id_for(FLAKY), FLAKY, seed) for seed in (0, 1)])
     assert [r["error_type"] for r in rows] == ["exception", "model_error"]
-    assert eng.stats.retries == 0 and agent.calls == {0: 1, 1: 1}
+    assert (eng.stats.retries, eng.stats.model_retries, agent.calls) == (0, 0, {0: 1, 1: 1})
+    # rollout.model_retries = 2: the failing play is played again from the start twice, then kept as a row
+    agent = Scripted({1: ["\\boxed{win}"]}, fail=frozenset({1}))
+    eng = engine(agent, no_retry.model_copy(update={"model_retries": 2}), tokenizer=tiny_generator.tokenizer)
+    (row,) = eng.run([EpisodeSpec(env_id_for(FLAKY), FLAKY, 1)])
+    assert (row["error_type"], eng.stats.model_retries, agent.calls) == ("model_error", 2, {1: 3})
+    assert eng.stats.messages == {"model_error": "the server said no"}
+
+
+def test_a_play_whose_model_call_failed_once_is_played_again(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    flaky_model = FailFirst(Scripted({1: ["\\boxed{win}"]}), failures=1)
+    eng = engine(flaky_model, tokenizer=tiny_generator.tokenizer)
+    (row,) = eng.run([EpisodeSpec(env_id_for(FLAKY), FLAKY, 1)])
+    assert (row["error_type"], row["episode_return"], eng.stats.model_retries, eng.stats.retries) == (None, 1.0, 1, 0)
+    assert [m["content"] for m in row["transcript"] if m["role"] == "assistant"] == ["\\boxed{win}"]
 
 
 @pytest.fixture(scope="module")
@@ -379,8 +395,9 @@ def test_a_play_that_keeps_breaking_is_kept_with_its_error_type(broken_rows) -> 
     assert [r["episode_return"] for r in rows] == [0.0, 0.0, 0.0, 1.0, 0.0]
     assert [r["terminated"] for r in rows] == [False, False, False, True, False]
     assert stats.retries == 3 and stats.errors == {"exception": 3, "model_error": 1}
-    # Broken is played twice per seed; BadReset never reaches the model; a model error is not retried.
-    assert agent.calls == {0: 2, 1: 2 + 1, 2: 1}
+    # Broken is played twice per seed; BadReset never reaches the model; a failed model call is played again
+    # once (rollout.model_retries) and still fails.
+    assert agent.calls == {0: 2, 1: 2 + 1, 2: 2} and stats.model_retries == 1
     assert rows[0]["token_ids"] and sum(rows[0]["loss_mask"]) > 0  # its tokens are stored, never trained
 
 
@@ -396,12 +413,13 @@ def test_a_broken_play_is_left_out_of_the_win_rate_and_the_training_batch(broken
         }
     )
     scores = score_environments(frame, envs, ScoringConfig())
-    # Broken and BadReset broke every play: no win rate, no row; Flaky: 1 win and 1 model error -> 0.5.
-    assert scores["env_id"].tolist() == [env_id_for(FLAKY)] and scores["win_rate"].tolist() == [0.5]
+    # Broken and BadReset broke every play: no win rate, no row; Flaky: 1 win, and a play whose model call
+    # failed, left out -> 1.0.
+    assert scores["env_id"].tolist() == [env_id_for(FLAKY)] and scores["win_rate"].tolist() == [1.0]
     assert broken_env_ids(frame) == [env_id_for(BROKEN), env_id_for(BROKEN_RESET)]
     window = window_inputs(frame.assign(policy_step=0)).set_index("env_id")
     assert window.loc[env_id_for(BROKEN), "n_broken"] == 2 and window.loc[env_id_for(BROKEN), "n_no_hint"] == 0
-    assert window.loc[env_id_for(FLAKY), "win_rate"] == 0.5
+    assert window.loc[env_id_for(FLAKY), "win_rate"] == 1.0
     samples, skipped = agent_samples(frame)
     # Only Flaky's won play: the broken plays are left out, the model error never got an agent token.
     assert [s.source_id for s in samples] == [rows[3]["episode_id"]] and skipped == 4

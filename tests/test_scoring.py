@@ -134,17 +134,19 @@ def test_the_registry_maps_each_variant_to_its_formula(variant: str, expected: f
 # -- score_environments ------------------------------------------------------------------------------------
 def _episodes() -> pd.DataFrame:
     rows = [
-        # A: no hint 1, 0, (1 but the model call failed -> 0), 0 -> 0.25, and a play the environment broke
-        # (left out); hint 1, 1, 1, 0 -> 0.75, and a broken one left out; regret 0.5
+        # A: no hint 1, 0, 0, 0 -> 0.25, a play whose model call failed and one the environment broke (both
+        # left out, whatever their return); hint 1, 1, 1, 0 -> 0.75, and two left out the same way; regret 0.5
         ("A", "no_hint", 1.0, None),
         ("A", "no_hint", 0.0, None),
         ("A", "no_hint", 1.0, "model_error"),
+        ("A", "no_hint", 0.0, None),
         ("A", "no_hint", 0.0, None),
         ("A", "no_hint", 1.0, "timeout"),
         ("A", "hint", 1.0, None),
         ("A", "hint", 1.0, None),
         ("A", "hint", 1.0, None),
-        ("A", "hint", 0.0, "model_error"),
+        ("A", "hint", 0.0, None),
+        ("A", "hint", 1.0, "model_error"),
         ("A", "hint", 0.0, "exception"),
         # B: no hinted plays; partial returns 0.5, 0.5 -> win rate 0.5
         ("B", "no_hint", 0.5, None),
@@ -230,7 +232,7 @@ def test_every_variant_scores_a_leaked_env_with_regret_zero(variant: str, expect
     assert DESIGNER_REWARDS[variant](a.win_rate, a.regret, CFG) == pytest.approx(expected)
 
 
-def test_model_errors_count_as_zero_and_env_broken_plays_are_left_out() -> None:
+def test_plays_whose_model_call_failed_and_env_broken_plays_are_left_out() -> None:
     episodes = pd.DataFrame(
         {
             "env_id": ["E"] * 4,
@@ -240,7 +242,7 @@ def test_model_errors_count_as_zero_and_env_broken_plays_are_left_out() -> None:
         }
     )
     envs = pd.DataFrame({"env_id": ["E"], "design_id": ["e"], "skill": ["optimization"], "valid": [True]})
-    assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [0.5]  # (0 + 1) / 2
+    assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [1.0]  # only the clean play counts
 
 
 @pytest.mark.parametrize("error", sorted(ENV_ERROR_TYPES))
@@ -266,7 +268,7 @@ def test_a_valid_env_whose_plays_the_environment_all_broke_gets_no_row(error: st
         score_environments(_episodes(), envs, CFG)
 
 
-def test_a_model_error_is_not_the_environment_breaking() -> None:
+def test_an_env_whose_plays_all_failed_in_the_model_call_gets_no_row() -> None:
     episodes = pd.DataFrame(
         {
             "env_id": ["G"] * 2,
@@ -276,8 +278,9 @@ def test_a_model_error_is_not_the_environment_breaking() -> None:
         }
     )
     envs = pd.DataFrame({"env_id": ["G"], "design_id": ["g"], "skill": ["optimization"], "valid": [True]})
-    assert scoring.broken_env_ids(episodes) == []
-    assert score_environments(episodes, envs, CFG)["win_rate"].tolist() == [0.0]
+    # an engine fault says nothing about the agent: no win rate of 0, no row (as the environment's faults)
+    assert scoring.broken_env_ids(episodes) == ["G"]
+    assert score_environments(episodes, envs, CFG).empty
 
 
 def test_an_invalid_env_scores_zero() -> None:

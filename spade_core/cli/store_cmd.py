@@ -18,7 +18,13 @@ import typer
 from spade_core.cli.common import StoreOpt, clean_errors, open_store
 from spade_core.config import StoreConfig
 from spade_core.pipeline.run_config import stored_config
-from spade_core.pipeline.status import generation_complete, generation_phase, next_generation, run_status
+from spade_core.pipeline.status import (
+    generation_complete,
+    generation_phase,
+    model_faults,
+    next_generation,
+    run_status,
+)
 from spade_core.pipeline.status import stage_names as stages_for
 from spade_core.pipeline.verify import (
     Listings,
@@ -42,6 +48,7 @@ def status(
     st = open_store(cfg)
     states = run_status(st, cfg, run_id)
     gen = next_generation(st, cfg, run_id)
+    records = scan_markers(st, run_id).records
     typer.echo(f"run {run_id}  store {st.base}  config {cfg.config_hash()}")
     for g in sorted(set(states) | {gen}):
         row = states.get(g) or dict.fromkeys(stages_for(cfg, g), "todo")
@@ -50,6 +57,9 @@ def status(
         where = "" if phase in ("complete", "not started") else f" [{phase}]"
         cells = "  ".join(f"{s}:{'✓' if v == 'done' else '·' if v == 'todo' else v}" for s, v in row.items())
         typer.echo(f"gen {g} {verdict:<10}{where} {cells}")
+        failed, retried = model_faults(records.get(g, {}))
+        if failed or retried:
+            typer.echo(f"      {failed} plays failed in the model call (left out), {retried} played again after one")
     hint = f"spade resume {run_id}" if gen in states else f"spade run --run-id {run_id} --generations {gen}"
     typer.echo(f"next: generation {gen}  ({hint})")
 

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
-from sandbox.outcome import is_env_error
+from sandbox.outcome import is_left_out
 from spade_core.config import MemoryConfig, skill_kind
 from spade_core.designer.design import env_class_name
 from spade_core.envs.seeds import SeedEnv, load_seed_envs
@@ -318,7 +318,8 @@ def win_fractions(episodes: pd.DataFrame) -> dict[str, float]:
     """env_id -> fraction of its no-hint plays with return > 0: the win rate the memory stores.
 
     ``episodes``: ``env_id``, ``condition``, ``episode_return`` and optionally ``error_type``: a play the
-    environment broke (a sandbox error class) is left out, as in scoring; any other error counts as not won.
+    environment broke (a sandbox error class) or whose model call failed is left out, as in scoring; any other
+    error counts as not won.
     Hinted plays are ignored; an env without no-hint plays is absent.
 
     >>> eps = pd.DataFrame({"env_id": ["a", "a", "a", "a", "b"], "condition": ["no_hint"] * 3 + ["hint", "hint"],
@@ -328,7 +329,7 @@ def win_fractions(episodes: pd.DataFrame) -> dict[str, float]:
     """
     plays = episodes[episodes["condition"] == "no_hint"]
     if "error_type" in plays.columns:
-        plays = plays[~plays["error_type"].map(is_env_error).astype(bool)]
+        plays = plays[~plays["error_type"].map(is_left_out).astype(bool)]
     won = plays["episode_return"].astype(float) > 0
     if "error_type" in plays.columns:
         won &= plays["error_type"].isna()

@@ -178,11 +178,12 @@ def window_inputs(episodes: pd.DataFrame, step_col: str = "policy_step") -> pd.D
     ``episodes``: ``env_id``, ``condition`` ("no_hint" | "hint"), ``episode_return``, ``step_col`` (the step
     that played it; its smallest value among an environment's usable no-hint plays is the window's first
     step) and optionally ``error_type``, read as in spade_core.method.scoring: a play the environment broke (a
-    sandbox class) is left out of every statistic and counted in ``n_broken`` (plays of both conditions);
-    any other error (``model_error``) counts as return 0. An environment without usable no-hint plays (hinted
-    plays only, or every no-hint play broken) has ``win_rate`` NaN and ``n_no_hint`` 0: it cannot be rewarded
-    (:func:`designer_rewards` refuses it), so drop it first and record it (``n_broken`` says why). One without
-    hinted plays has ``r_hint`` NaN and ``n_hint`` 0. Rows follow the first appearance of each env_id.
+    sandbox class) or whose model call failed (``model_error``) is left out of every statistic and counted in
+    ``n_broken`` (plays of both conditions); any other error counts as return 0. An environment without usable
+    no-hint plays (hinted plays only, or every no-hint play left out) has ``win_rate`` NaN and ``n_no_hint`` 0:
+    it cannot be rewarded (:func:`designer_rewards` refuses it), so drop it first and record it (``n_broken``
+    says why). One without hinted plays has ``r_hint`` NaN and ``n_hint`` 0. Rows follow the first appearance
+    of each env_id.
     """
     missing = [c for c in ("env_id", "condition", "episode_return", step_col) if c not in episodes.columns]
     if missing:

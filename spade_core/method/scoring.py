@@ -29,11 +29,12 @@ Episode returns come from the rollout engine (docs/DESIGN.md §5: the last rewar
 episode terminated, else 0). Choices where the summary is silent:
 
 - A play the environment broke (its ``error_type`` is one of :data:`sandbox.outcome.ENV_ERROR_TYPES`: an
-  exception, timeout, memory, contract or jail failure, still failing after ``rollout.env_retries``) is
-  left out of every mean: it says nothing about the agent. The authors retry a failed play and otherwise
-  drop it (``spade/core/orchestrator.py:1523-1547``). Any other ``error_type`` (``model_error``: the model
-  call failed) counts as return 0 even if the frame says otherwise (the engine already sets it so).
-- A valid environment whose no-hint plays were ALL broken by the environment has no win rate: it gets no
+  exception, timeout, memory, contract or jail failure, still failing after ``rollout.env_retries``) or
+  whose model call failed (``model_error``, still failing after ``rollout.model_retries``) is left out of
+  every mean (:data:`sandbox.outcome.LEFT_OUT_ERROR_TYPES`): it says nothing about the agent. The authors
+  retry a failed play and otherwise drop it (``spade/core/orchestrator.py:1523-1547``). Any other
+  ``error_type`` counts as return 0 even if the frame says otherwise (the engine already sets it so).
+- A valid environment whose no-hint plays were ALL left out so has no win rate: it gets no
   env_scores row at all (no memory entry, no metric), and :func:`broken_env_ids` names it so the
   caller can record it. A valid environment with no no-hint plays whatsoever is still an error.
 - An environment with no hinted plays (``rollout.plays_hint = 0``) has no defined regret: regret and
@@ -53,7 +54,7 @@ from collections.abc import Callable, Collection, Sequence
 import numpy as np
 import pandas as pd
 
-from sandbox.outcome import is_env_error
+from sandbox.outcome import is_left_out
 from spade_core.config import ScoringConfig
 from spade_core.store.schemas import SCHEMAS
 
@@ -160,19 +161,19 @@ DESIGNER_REWARDS: dict[str, Callable[[float, float, ScoringConfig], float]] = {
 
 
 def env_broken(episodes: pd.DataFrame) -> np.ndarray:
-    """Per episode row, whether the environment broke the play (its ``error_type`` is a sandbox class);
-    all False without an ``error_type`` column.
+    """Per episode row, whether the play is left out: the environment broke it (a sandbox class) or its model
+    call failed (``model_error``); all False without an ``error_type`` column.
 
-    >>> env_broken(pd.DataFrame({"error_type": [None, "timeout", "model_error", "exception"]})).tolist()
-    [False, True, False, True]
+    >>> env_broken(pd.DataFrame({"error_type": [None, "timeout", "model_error", "trivial"]})).tolist()
+    [False, True, True, False]
     """
     if "error_type" not in episodes.columns:
         return np.zeros(len(episodes), dtype=bool)
-    return np.array([is_env_error(e) for e in episodes["error_type"]], dtype=bool)
+    return np.array([is_left_out(e) for e in episodes["error_type"]], dtype=bool)
 
 
 def broken_env_ids(episodes: pd.DataFrame) -> list[str]:
-    """Environments with no-hint plays of which the environment broke every one: they have no win rate.
+    """Environments with no-hint plays of which every one was left out (:func:`env_broken`): no win rate.
 
     >>> eps = pd.DataFrame({"env_id": ["a", "a", "b"], "condition": ["no_hint"] * 3,
     ...                     "error_type": ["timeout", "exception", None]})
@@ -239,8 +240,8 @@ def score_environments(
 
     Args:
         episodes: one row per episode: ``env_id``, ``condition`` ("no_hint" | "hint"), ``episode_return``,
-            ``error_type`` (None when the episode ran cleanly; a sandbox class: the play is left out;
-            ``model_error``: its return counts as 0).
+            ``error_type`` (None when the episode ran cleanly; a sandbox class or ``model_error``: the play is
+            left out).
         envs: ``env_id``, ``design_id`` (None for replayed or seed envs), ``skill``, ``valid``. Two designs
             with identical code share one env_id and so its scores, each on its own row.
         cfg: the score stage's scoring config; no constant of it changes a score (the designer reward

@@ -183,7 +183,7 @@ def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> S
     check take them from one marker; its digest is made of the shards' digests, which cover those files.
     """
     upstream = {r.name: r for r in shards}
-    info = {"shards": len(shards), "rows": _sum_rows(shards)}
+    info = {"shards": len(shards), "rows": _sum_rows(shards), **_sum_counts(shards)}
     return _resumable(ctx, replace(stage, body=lambda run, model: info), None, upstream, None, tuple(shards))
 
 
@@ -258,6 +258,16 @@ def _rows(written: Any) -> dict[str, int]:
     for w in cast("list[WrittenFile]", list(written)):
         rows[w.table] = rows.get(w.table, 0) + w.rows
     return rows
+
+
+# Counts a shard reports in its info that the whole stage reports summed (a rollout's failed model calls).
+SUMMED_INFO = ("model_errors", "model_retries")
+
+
+def _sum_counts(shards: list[StageRecord]) -> dict[str, int]:
+    """The shards' :data:`SUMMED_INFO` counts, summed (only those some shard reports)."""
+    keys = [k for k in SUMMED_INFO if any(k in r.info for r in shards)]
+    return {k: sum(int(r.info.get(k, 0)) for r in shards) for k in keys}
 
 
 def _sum_rows(shards: list[StageRecord]) -> dict[str, int]:

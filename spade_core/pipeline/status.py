@@ -61,6 +61,16 @@ def _is_shard_of(name: str, stage: str) -> bool:
     return name.startswith(f"{stage}-") and name[len(stage) + 1 :].isdigit()
 
 
+def model_faults(markers: dict[str, StageRecord]) -> tuple[int, int]:
+    """Plays of a generation whose model call failed (left out of scoring and training) and plays started
+    again after one, from its rollout stages' records (a sharded stage's whole-stage record sums its shards)."""
+    whole = [r for r in markers.values() if r.shard is None and r.stage.startswith("rollout-s")]
+    return (
+        sum(int(r.info.get("model_errors", 0)) for r in whole),
+        sum(int(r.info.get("model_retries", 0)) for r in whole),
+    )
+
+
 def generation_complete(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> bool:
     return all(state == "done" for state in generation_stages(store, cfg, run_id, gen).values())
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from spade_core.config import SpadeConfig
 from spade_core.hashing import short_hash
-from spade_core.llm.base import Generator
+from spade_core.llm.base import Generator, ModelError
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 
@@ -98,15 +98,55 @@ def hint_seeds(run: PlayRun, env_id: str) -> list[int]:
     return [play_seed(run, env_id, "hint", p, step=0) for p in range(run.cfg.rollout.plays_hint)]
 
 
-def rollouts(
-    run: PlayRun, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator, pool_size: int
-) -> pd.DataFrame:
-    """Every planned play of ``envs`` in one engine run, with the run's ``policy_step``."""
+@dataclass(frozen=True)
+class Played:
+    """The rows of a rollout and how many of its plays the engine failed (``model_error`` rows, left out of
+    scoring and training) or had to start again after a failed model call."""
+
+    frame: pd.DataFrame
+    model_errors: int = 0
+    model_retries: int = 0
+
+    def info(self) -> dict[str, int]:
+        return {"model_errors": self.model_errors, "model_retries": self.model_retries}
+
+
+def check_model_errors(failed: int, plays: int, max_share: float, where: str, example: str | None) -> None:
+    """Stop the generation with one line when more than ``max_share`` (``rollout.max_model_error_share``) of a
+    rollout's ``plays`` failed in the model call (``failed``, after ``rollout.model_retries``), instead of
+    training on what is left; ``example`` is one of the failures' messages.
+
+    >>> check_model_errors(1, 4, 0.25, "step 0", "HTTP 500")
+    >>> check_model_errors(1, 4, 0.2, "step 0", "HTTP 500")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    spade_core.llm.base.ModelError: 1 of 4 plays at step 0 failed in the model call (25% > ...0.2), e.g. HTTP 500; ...
+    """
+    if plays and failed / plays > max_share:
+        text = (example or "no message").splitlines()[0][:200] if (example or "").strip() else "no message"
+        raise ModelError(
+            f"{failed} of {plays} plays at {where} failed in the model call ({failed / plays:.0%} > "
+            f"rollout.max_model_error_share {max_share:g}), e.g. {text}; see the engine's log under "
+            "$SPADE_CACHE/servers, then spade resume"
+        )
+
+
+def rollouts(run: PlayRun, envs: pd.DataFrame, hints: pd.DataFrame, generator: Generator, pool_size: int) -> Played:
+    """Every planned play of ``envs`` in one engine run, with the run's ``policy_step``.
+
+    Raises:
+        ModelError: too many plays failed in the model call (:func:`check_model_errors`).
+    """
     specs = plan(run, envs, hints, pool_size)
     if not specs:
-        return pd.DataFrame()
-    frame = pd.DataFrame(RolloutEngine.from_config(run.cfg, generator).run(specs))
+        return Played(pd.DataFrame())
+    engine = RolloutEngine.from_config(run.cfg, generator)
+    frame = pd.DataFrame(engine.run(specs))
     if "logprobs" not in frame.columns:
         frame["logprobs"] = None  # a backend without log-probs: TIS leaves these samples unweighted
     frame["policy_step"] = run.policy_step
-    return frame
+    failed = engine.stats.errors.get("model_error", 0)
+    where = f"generation {run.gen} step {run.step or 0}"
+    example = engine.stats.messages.get("model_error")
+    check_model_errors(failed, len(frame), run.cfg.rollout.max_model_error_share, where, example)
+    return Played(frame, failed, engine.stats.model_retries)

@@ -15,7 +15,12 @@ ran out of memory, broke the contract or its jail failed, at load, reset or any 
 from the start, in a fresh jail with the same seed, up to ``rollout.env_retries`` [1] times; its requests
 then carry other sampling seeds, so the agent's replies need not repeat. Only the last attempt becomes the
 row; one that still fails keeps its ``error_type``, and scoring and training leave it out
-(:mod:`spade_core.method.scoring`, :func:`spade_core.train.data.agent_samples`). A ``model_error`` is not retried.
+(:mod:`spade_core.method.scoring`, :func:`spade_core.train.data.agent_samples`). A play whose model call failed
+(``model_error``: the engine refused, died or hung, after the backend's own retries and restarts) is played
+again from the start the same way, up to ``rollout.model_retries`` [1] times, on the engine as it then is; one
+that still fails is left out the same way: an engine fault is never trained or scored as a lost play (but in
+the authors' hinted arm, ``rollout.hinted_play_rules: authors``, where every failure scores 0 unretried, as
+theirs).
 With ``rollout.play_deadline_s`` a play that runs past it (checked after every turn) ends with ``deadline``:
 left out the same way, and never retried (the authors' ``orchestrator.py:1521-1541`` drop it).
 
@@ -126,6 +131,7 @@ class _Episode:
     generated_tokens: int = 0
     cache_key: str | None = None  # the slot its KV cache is kept under, until released
     attempt: int = 0  # 0 = the first play; k = the k-th retry after the environment broke it
+    model_attempt: int = 0  # k = the k-th retry after a model call failed (rollout.model_retries)
     reply_start: int = 0  # where the last reply's tokens begin in token_ids
     env_steps: int = 0  # replies that went to the environment's step (tool-call turns do not)
     # rollout.hinted_play_rules=authors on a hinted play: a failure scores 0 (kept), and no episode rule cuts it
@@ -165,7 +171,9 @@ class RolloutStats:
     prompt_tokens: int = 0  # summed over every request: what a full prefill of each turn would feed
     cached_tokens: int = 0  # of those, served from a kept KV cache instead of prefilled
     errors: dict[str, int] = field(default_factory=dict)  # error_type -> rows that kept it (after retries)
+    messages: dict[str, str] = field(default_factory=dict)  # error_type -> the first such row's message
     retries: int = 0  # plays started again because the environment broke them
+    model_retries: int = 0  # plays started again because a model call failed
 
 
 class RolloutEngine:
@@ -197,6 +205,7 @@ class RolloutEngine:
         self.tokenizer = tokenizer if tokenizer is not None else getattr(generator, "tokenizer", None)
         self.jail_workers = max(1, jail_workers)
         self.stats = RolloutStats()
+        self._counting = threading.Lock()  # retries are counted from the jail workers' threads
 
     @classmethod
     def from_config(cls, cfg: SpadeConfig, generator: Generator, tokenizer: Any = None) -> RolloutEngine:
@@ -217,7 +226,7 @@ class RolloutEngine:
         )
 
     # -- episode lifecycle ---------------------------------------------------------------------------
-    def _open(self, spec: EpisodeSpec, attempt: int = 0) -> _Episode:
+    def _open(self, spec: EpisodeSpec, attempt: int = 0, model_attempt: int = 0) -> _Episode:
         episode = _Episode(
             spec,
             EnvSession(
@@ -229,6 +238,7 @@ class RolloutEngine:
                 contract=self.contract,
             ),
             attempt=attempt,
+            model_attempt=model_attempt,
             authors_hinted=self.cfg.hinted_play_rules == "authors" and spec.condition == "hint",
         )
         result = episode.session.open()
@@ -255,15 +265,27 @@ class RolloutEngine:
             episode.done = margin_rule and self._context_spent(episode)
         return episode
 
-    def _open_safely(self, spec: EpisodeSpec, attempt: int = 0) -> _Episode:
+    def _open_safely(self, spec: EpisodeSpec, attempt: int = 0, model_attempt: int = 0) -> _Episode:
         """:meth:`_open`, with anything unexpected recorded on the episode instead of raised."""
         try:
-            return self._open(spec, attempt)
+            return self._open(spec, attempt, model_attempt)
         except Exception as exc:  # e.g. a tokenizer refusing text: data about this episode only
             hinted = self.cfg.hinted_play_rules == "authors" and spec.condition == "hint"
             episode = _Episode(spec, EnvSession(spec.code), attempt=attempt, authors_hinted=hinted)
+            episode.model_attempt = model_attempt
             episode.fail("jail_error", f"{type(exc).__name__}: {exc}")
             return episode
+
+    def _reopen(self, episode: _Episode) -> _Episode:
+        """A fresh play of a failed episode's spec (a new jail, the same seed), counted as the retry it is: of
+        a model call (``model_attempt``) or of the environment (``attempt``). The caller closes the old jail."""
+        model = episode.error_type == "model_error"
+        with self._counting:
+            if model:
+                self.stats.model_retries += 1
+            else:
+                self.stats.retries += 1
+        return self._open_safely(episode.spec, episode.attempt + (not model), episode.model_attempt + model)
 
     def _retry_broken(self, episodes: list[_Episode]) -> None:
         """Replace, in place, every episode the environment broke that has retries left by a fresh play of
@@ -273,16 +295,16 @@ class RolloutEngine:
             return
         self._release([episodes[i] for i in redo])
         run_parallel(lambda i: episodes[i].session.close(), redo, self.jail_workers)
-        fresh = run_parallel(
-            lambda i: self._open_safely(episodes[i].spec, episodes[i].attempt + 1), redo, self.jail_workers
-        )
+        fresh = run_parallel(lambda i: self._reopen(episodes[i]), redo, self.jail_workers)
         for i, episode in zip(redo, fresh, strict=True):
             episodes[i] = episode
-        self.stats.retries += len(redo)
 
     def _retries_left(self, episode: _Episode) -> bool:
-        """Whether the environment broke the play and it may be played again (``rollout.env_retries``); a play
-        past its deadline is not (the authors retry no timed-out play)."""
+        """Whether the play failed in a way that is played again and has retries left: a failed model call
+        (``rollout.model_retries``) or the environment broke it (``rollout.env_retries``); a play past its
+        deadline is not (the authors retry no timed-out play)."""
+        if episode.error_type == "model_error":
+            return episode.model_attempt < self.cfg.model_retries
         retriable = is_env_error(episode.error_type) and episode.error_type != "deadline"
         return retriable and episode.attempt < self.cfg.env_retries
 
@@ -313,6 +335,8 @@ class RolloutEngine:
         key = f"{self.sampling.seed}:{episode.spec.episode_id}:{turn}"
         if episode.attempt:  # a retry samples afresh: the same replies would likely break it again
             key += f":retry{episode.attempt}"
+        if episode.model_attempt:
+            key += f":model-retry{episode.model_attempt}"
         return GenerationRequest(
             messages=list(episode.messages),
             prompt_ids=list(episode.token_ids) if token_prompt else None,
@@ -488,6 +512,7 @@ class RolloutEngine:
         for e in episodes:
             if e.error_type:
                 self.stats.errors[e.error_type] = self.stats.errors.get(e.error_type, 0) + 1
+                self.stats.messages.setdefault(e.error_type, e.error or "")
         return rows
 
     def _run_lockstep(self, specs: Sequence[EpisodeSpec], on_turn: Callable[[int, int], None] | None) -> list[_Episode]:
@@ -537,9 +562,8 @@ class RolloutEngine:
                 while True:
                     if self._retries_left(episode):
                         episode.session.close()
-                        episode = episodes[index] = open_(episode.spec, episode.attempt + 1)
-                        with lock:
-                            self.stats.retries += 1
+                        with opening:
+                            episode = episodes[index] = self._reopen(episode)
                         continue
                     if episode.done:
                         break

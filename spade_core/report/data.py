@@ -49,7 +49,7 @@ import duckdb
 import pandas as pd
 import yaml
 
-from sandbox.outcome import ENV_ERROR_TYPES
+from sandbox.outcome import LEFT_OUT_ERROR_TYPES
 from spade_core.envs.rlve_pool import controller, difficulty_history
 from spade_core.report.chosen import CHOSEN_COLUMNS, load_chosen
 from spade_core.report.timeline import stage_timeline
@@ -144,7 +144,7 @@ select step, min(gen) as gen,
 from plays
 group by grouping sets ((step), (step, skill), (step, source), (step, skill, source))
 order by step, level, skill, source
-""".replace("{broken}", ", ".join(f"'{t}'" for t in sorted(ENV_ERROR_TYPES)))
+""".replace("{broken}", ", ".join(f"'{t}'" for t in sorted(LEFT_OUT_ERROR_TYPES)))
 
 _TRAIN = """
 select gen, role, step, loss, reward_mean, reward_std, grad_norm, kl, tokens, step_seconds

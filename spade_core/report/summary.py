@@ -77,6 +77,9 @@ def generation_summary(
         "replayed": pool.info.get("replayed", 0) if pool else 0,
         "diversity": pool.info.get("diversity") if pool else None,
         "episodes": sum(r.info.get("rows", {}).get("episodes", 0) for r in rollouts),
+        # plays whose model call failed after rollout.model_retries: kept as rows, left out of scoring and training
+        "model_errors": sum(int(r.info.get("model_errors", 0)) for r in rollouts),
+        "model_retries": sum(int(r.info.get("model_retries", 0)) for r in rollouts),
         "win_rate": _mean(played["win_rate"]),
         "regret": _mean(played["regret"]),
         "designer_variant": variant_of(read_config(store, run_id)[1]),
@@ -144,6 +147,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"| designs (valid) | {summary['designs']} ({summary['valid']}, rate {num(summary['valid_rate'], 2)}) |",
         f"| environments played (replayed) | {summary['envs']} ({summary['replayed']}) |",
         f"| episodes | {summary['episodes']} |",
+        f"| plays failed in the model call, left out (retried) | {summary.get('model_errors', 0)} "
+        f"({summary.get('model_retries', 0)}) |",
         f"| mean win rate | {num(summary['win_rate'])} |",
         f"| mean regret | {num(summary['regret'])} |",
         f"| designer reward (trained): mean ± std (designs kept) | {trained} |",

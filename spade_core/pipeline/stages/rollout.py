@@ -38,5 +38,6 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     pool = ctx.step_pool()
     block = step_block(pool, len(ctx.pool()), shard, ctx.shard_size)
     hints = ctx.read("hints", ["hint"], ["env_id", "hint"])
-    played = ctx.write("episodes", rollouts(ctx.play_run(), block, hints, model, len(pool)), shard)
-    return {"envs": len(block), "episodes": len(played), "policy_step": ctx.model_step}
+    played = rollouts(ctx.play_run(), block, hints, model, len(pool))
+    written = ctx.write("episodes", played.frame, shard)
+    return {"envs": len(block), "episodes": len(written), "policy_step": ctx.model_step, **played.info()}
