@@ -28,16 +28,18 @@ _IN_USE: dict[str, Callable[[SpadeConfig], bool]] = {
 }
 
 
-def _config_json(name_or_path: str) -> Path | None:
+def local_model_file(name_or_path: str, filename: str) -> Path | None:
+    """Where the model's ``filename`` lies on this machine (the converted embedded model, a local directory or
+    the Hugging Face cache; it may not exist there), or None for a hub model not in the cache."""
     if name_or_path == EMBEDDED:
-        return cache_dir() / "models" / EMBEDDED_DIRNAME / "config.json"
+        return cache_dir() / "models" / EMBEDDED_DIRNAME / filename
     local = Path(name_or_path).expanduser()
     if local.is_dir():
-        return local / "config.json"
+        return local / filename
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(name_or_path, "config.json")
+        cached = try_to_load_from_cache(name_or_path, filename)
     except ValueError:  # not a hub id either: resolving the model names the bad value later
         return None
     return Path(cached) if isinstance(cached, str) else None
@@ -51,7 +53,7 @@ def context_window(name_or_path: str) -> int | None:
     >>> context_window("no-such-org/no-such-model") is None
     True
     """
-    path = _config_json(name_or_path)
+    path = local_model_file(name_or_path, "config.json")
     if path is None or not path.is_file():
         return EMBEDDED_CONTEXT if name_or_path == EMBEDDED else None
     try:

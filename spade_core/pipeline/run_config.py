@@ -16,6 +16,7 @@ from typing import Any
 from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config, load_config_text
 from spade_core.envs import rlve
 from spade_core.llm.context import check_token_budgets
+from spade_core.llm.run_template import check_run_template
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import artifact_hash, bound_settings
 
@@ -103,10 +104,13 @@ def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
 
     Raises:
         RunConfigMismatch: the run was started with settings that would change its artifacts; names the keys.
-        ConfigError: a token budget exceeds the model's context window, or ``designer.fixed_pool`` names an
-            RLVE environment that does not exist or cannot run in the jail (nothing is written).
+        ConfigError: a token budget exceeds the model's context window, the model's chat template cannot be
+            rendered turn by turn (:func:`~spade_core.llm.run_template.check_run_template`), or
+            ``designer.fixed_pool`` names an RLVE environment that does not exist or cannot run in the jail
+            (nothing is written).
     """
     check_token_budgets(cfg)
+    check_run_template(cfg)
     if cfg.designer.fixed_pool and cfg.designer.fixed_pool.startswith("rlve:"):
         rlve.resolve(cfg.designer.fixed_pool)
     stored = load_run_config(store, run_id)

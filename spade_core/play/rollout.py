@@ -79,8 +79,16 @@ from sandbox.runtime.spade_env import is_malformed_call, parse_answer, parse_nat
 from sandbox.session import EnvSession, run_parallel
 from spade_core.config import RolloutConfig, SpadeConfig
 from spade_core.envs.validate import limits_from_config
-from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
-from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
+from spade_core.llm.base import (
+    CacheSlot,
+    Completion,
+    GenerationRequest,
+    Generator,
+    KVCacheOwner,
+    ModelError,
+    SamplingParams,
+)
+from spade_core.llm.chat_tokens import ChatTokens, TemplateError, ensure_template, template_kwargs
 from spade_core.play.actions import game_action
 from spade_core.play.agent_prompts import first_observation, system_prompt
 
@@ -257,6 +265,9 @@ class RolloutEngine:
             {"role": "user", "content": first_observation(result.data["obs"], spec.hint, kind, style)},
         ]
         if chat is not None:
+            # once per template and conversation shape: a template that cannot be split stops the rollout
+            native = kind == "tool" and self.cfg.tool_protocol == "native"
+            ensure_template(chat, system=system is not None, tool_messages=native)
             episode.token_ids = chat.prompt(episode.messages)
             episode.loss_mask = [0] * len(episode.token_ids)
             episode.logprobs = [0.0] * len(episode.token_ids)
@@ -269,6 +280,8 @@ class RolloutEngine:
         """:meth:`_open`, with anything unexpected recorded on the episode instead of raised."""
         try:
             return self._open(spec, attempt, model_attempt)
+        except TemplateError as exc:  # the model's template, not this episode: no play could be assembled
+            raise ModelError(str(exc)) from None
         except Exception as exc:  # e.g. a tokenizer refusing text: data about this episode only
             hinted = self.cfg.hinted_play_rules == "authors" and spec.condition == "hint"
             episode = _Episode(spec, EnvSession(spec.code), attempt=attempt, authors_hinted=hinted)
