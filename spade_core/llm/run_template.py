@@ -19,7 +19,6 @@ from spade_core.config import ConfigError, SpadeConfig
 from spade_core.llm.chat_tokens import TemplateError, check_template, template_kwargs
 from spade_core.llm.context import local_model_file
 
-
 # The files a tokenizer and its chat template are read from (a change to any reloads it).
 TOKENIZER_FILES = ("tokenizer_config.json", "chat_template.jinja", "tokenizer.json")
 
