@@ -23,7 +23,7 @@ from spade_core.llm.embedded import cache_dir
 
 # The server's group leader: it runs the server and, should this process die without stopping it (SIGKILL,
 # a SIGTERM that skips atexit), takes the whole group down instead of leaving an engine and its gigabytes
-# behind. Its exit code is the server's.
+# behind. Its exit code is the server's (128 + N when a signal N ended it, as a shell says).
 GUARD = """
 import os, signal, subprocess, sys, time
 parent = int(sys.argv[1])
@@ -32,7 +32,7 @@ while server.poll() is None:
     if os.getppid() != parent:
         os.killpg(os.getpgrp(), signal.SIGTERM)
     time.sleep(1)
-sys.exit(server.returncode)
+sys.exit(server.returncode if server.returncode >= 0 else 128 - server.returncode)
 """
 
 
@@ -100,15 +100,17 @@ class ServerProcess:
         self.stop()
         raise ModelError(f"model server not healthy after {self.startup_timeout_s:.0f}s: {self.log_tail()}")
 
-    def stop(self) -> None:
-        """SIGTERM to the whole process group, SIGKILL to whatever is left of it after 20 s; returns once no
-        process of the group is left (an engine's workers can outlive the server they belong to)."""
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM (and SIGCONT, for a stopped process) to the whole process group, SIGKILL to whatever is left
+        of it after ``grace_s``; returns once no process of the group is left (an engine's workers can outlive
+        the server they belong to)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + grace_s
         while _group_alive(proc) and time.monotonic() < deadline:
             time.sleep(0.2)
         with contextlib.suppress(ProcessLookupError):

@@ -20,9 +20,16 @@ once. On a CPU a model whose output head is tied to its embedding is served as a
 checkpoint (:mod:`spade_core.llm.untied`): reloaded in place as it is, the tied head kept the old weights.
 Every swap is kept as a :class:`WeightSwap` (method and seconds) for the stage that asked for it.
 
-Supervision: a server that died is restarted once — by whichever request in flight finds it dead first —
-and the batch goes on (one that dies again within five minutes is not restarted: its requests fail as
-data); ``close`` (and interpreter exit) stops the server's whole process group.
+Supervision: a request that fails with a timeout, a lost connection or a server error asks whether the
+engine is still there — its process alive and a one-token completion answered within
+``model.health_timeout_s`` (``/health`` answers while the EngineCore process hangs; the probe goes through
+it). A dead or hung engine is replaced: its whole process group stopped, a fresh server started on the
+current weights, at most once per :data:`RESTART_WINDOW_S` — the first request to find the fault replaces
+it, the others wait for that and retry on the new engine within their attempts. A replacement is a
+``restart`` :class:`WeightSwap` whose ``error`` is its cause, counted in ``restarts``. An engine that fails
+again within the window is stopped and not replaced, and a replacement that fails to start is one line:
+either way the requests of the window fail fast as ``model_error`` completions, never as an exception out
+of ``generate``. ``close`` (and interpreter exit) stops the server's whole process group.
 """
 
 from __future__ import annotations
@@ -74,7 +81,9 @@ VLLM_COMMAND = (
 )
 ENGINE_VENV = ".venv-vllm"
 MAX_CONCURRENCY = 64
-RESTART_WINDOW_S = 300.0  # an engine that dies again this soon after a restart is not restarted again
+RESTART_WINDOW_S = 300.0  # one replacement of a dead or hung engine per window: a second fault in it is not replaced
+HUNG_GRACE_S = 5.0  # a replaced engine's processes get this long to end on SIGTERM before SIGKILL
+PROBE_TOKEN = 0  # the health probe's one-token prompt (any id of the vocabulary)
 
 
 def engine_python() -> str:
@@ -122,13 +131,14 @@ def engine_env(model_cfg: Any, on_cpu: bool, tmp: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class WeightSwap:
-    """How a checkpoint got into the engine: ``reload`` (in place), ``restart`` (a reload failed, or the
-    server was down) or ``start`` (the first load); ``seconds`` is the wall time it took."""
+    """How a checkpoint got into the engine: ``reload`` (in place), ``restart`` (a reload failed, the server
+    was down, or the engine died or hung while serving) or ``start`` (the first load); ``seconds`` is the
+    wall time it took (a restart: from stopping the old engine to the new one's health)."""
 
     method: str
     seconds: float
     path: str
-    error: str | None = None  # why a reload failed, when it was replaced by a restart
+    error: str | None = None  # why a restart happened: a reload that failed, a dead or hung engine
 
     def as_info(self) -> dict[str, Any]:
         return {"method": self.method, "seconds": round(self.seconds, 3), "error": self.error}
@@ -163,9 +173,12 @@ class VLLMGenerator:
         # model.enable_thinking, passed to a chat template that reads it (as the rollout's own rendering does)
         self.template_extra = ChatTokens(self.tokenizer, None, template_kwargs(model_cfg.enable_thinking)).extra
         self.swaps: list[WeightSwap] = []
-        self.restarts = 0  # restarts after the server died while serving
-        self._restarting = threading.Lock()  # concurrent requests that find the server dead restart it once
-        self._last_restart = -math.inf
+        self.restarts = 0  # replacements (tried) of an engine that died or hung while serving
+        self._restarting = threading.Lock()  # held while a fault is probed and the engine replaced: once
+        self._last_restart = -math.inf  # when the last replacement began (monotonic)
+        self._generation = 0  # bumped whenever a server starts or is given up: a request's fault is stale after
+        self._probed_ok = -math.inf  # when the last health probe that the engine answered began (monotonic)
+        self._down: str | None = None  # why the engine is down and not replaced in this window (one line)
         self._start(self.model_path, "start")
         atexit.register(self.close)
 
@@ -191,15 +204,22 @@ class VLLMGenerator:
             command.append("--no-enable-chunked-prefill")
         return command
 
-    def _start(self, model_path: str, method: str, error: str | None = None) -> None:
+    def _start(self, model_path: str, method: str, error: str | None = None, grace_s: float = 20.0) -> None:
+        """Stop the server (its processes get ``grace_s`` to end on SIGTERM) and start one on ``model_path``.
+
+        Raises:
+            ModelError: the server did not start (one line: its log's).
+        """
         started = time.perf_counter()
-        self._stop()
+        self._stop(grace_s)
         port = free_port()
         self._tmp = cache_dir() / "vllm" / "tmp" / f"server-{port}"
         env = {**engine_env(self.cfg, self.on_cpu, self._tmp), **subprocess_env(self.devices)}
         command = self._command(self._served(model_path), port)
         self.server = ServerProcess(command, port, self.startup_timeout_s, env=env)
         self.server.start()
+        self._generation += 1
+        self._down = None
         self._set_model(model_path)
         self.swaps.append(WeightSwap(method, time.perf_counter() - started, model_path, error))
 
@@ -318,6 +338,7 @@ class VLLMGenerator:
             return Completion(text="", finish_reason="error", error=f"{type(exc).__name__}: {str(exc)[:300]}")
         response, error = None, ""
         for attempt in range(self.cfg.max_retries + 1):
+            generation, sent = self._generation, time.monotonic()
             try:
                 response = self._post("/v1/completions", body, self.cfg.request_timeout_s)
                 break
@@ -327,41 +348,124 @@ class VLLMGenerator:
                     break  # a refusal: retrying gives the same answer
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {str(exc)[:300]}"
-                if not self._ensure_running():
-                    error = f"the engine died again within {RESTART_WINDOW_S:.0f} s of a restart: {error}"
-                    break
-            time.sleep(min(0.5 * 2**attempt, 8.0))
+            down = self._recover(generation, sent)  # on the last attempt too: the next requests need an engine
+            if down is not None:
+                error = f"{down} (this request: {error})"
+                break
+            if self._generation == generation and attempt < self.cfg.max_retries:  # it answers its probe: back off
+                time.sleep(min(0.5 * 2**attempt, 8.0))
         if response is None:
             return Completion(text="", finish_reason="error", error=error)
         return completion_from(response, params.logprobs)
 
-    def _ensure_running(self) -> bool:
-        """Restart a server that died, on the same weights — once, whichever of the requests in flight finds
-        it dead first; the others wait for that restart. An engine that dies again within
-        :data:`RESTART_WINDOW_S` of a restart is not restarted (it would only die again): False."""
+    def _recover(self, generation: int, since: float) -> str | None:
+        """After a request to engine ``generation`` (sent at ``since``) failed: None when a request may go
+        again (the engine answers, or was replaced meanwhile), else why the engine is down (one line).
+
+        The first request to get here finds out — the process, then a probe — and replaces a dead or hung
+        engine; the others wait on the lock and retry on the engine it leaves (or fail fast with its reason).
+        """
         with self._restarting:
-            if self.server is not None and self.server.running:
-                return True
-            if time.monotonic() - self._last_restart < RESTART_WINDOW_S:
-                return False
-            self.restarts += 1
-            self._start(self.model_path, "restart", "the server died")
-            self._last_restart = time.monotonic()
-            return True
+            if self._generation != generation:
+                return self._down
+            fault = self._fault(since)
+            return None if fault is None else self._replace(fault)
+
+    def _fault(self, since: float) -> str | None:
+        """What is wrong with the engine (one line), or None while it answers: the server process exited, or
+        a one-token completion failed or took over ``model.health_timeout_s`` (skipped when a probe begun
+        after ``since`` was answered)."""
+        if self._down is not None:  # given up: replaced once its window is over
+            return self._down
+        dead = self._exited()
+        if dead is not None:
+            return dead
+        if self._probed_ok >= since:
+            return None
+        probed = time.monotonic()
+        problem = self._probe()
+        if problem is None:
+            self._probed_ok = probed
+            return None
+        return self._exited(wait_s=2.0) or problem
+
+    def _exited(self, wait_s: float = 0.0) -> str | None:
+        """'the server died (exit code N): its log's last error' once the server process has exited (waiting
+        up to ``wait_s``: an API server whose EngineCore died shuts itself down, with exit code 0), else None."""
+        server = self.server
+        if server is None or server.proc is None:
+            return "the server was not running"
+        deadline = time.monotonic() + wait_s
+        while (code := server.proc.poll()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if code is None:
+            return None
+        tail = server.log_tail()
+        return f"the server died (exit code {code})" + (f": {tail}" if tail else "")
+
+    def _probe(self) -> str | None:
+        """A one-token completion within ``model.health_timeout_s``: None when it is answered, else what went
+        wrong. (``/health`` is no probe: it answers while the EngineCore process hangs.)"""
+        timeout_s = self.cfg.health_timeout_s
+        body = {"model": SERVED_NAME, "prompt": [PROBE_TOKEN], "max_tokens": 1, "temperature": 0.0}
+        try:
+            self._post("/v1/completions", body, timeout_s)
+        except urllib.error.HTTPError as exc:
+            return f"the engine failed the health probe: HTTP {exc.code}: {exc.read().decode(errors='replace')[:200]}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+                return f"the engine did not answer the health probe in {timeout_s:g} s"
+            return f"the engine failed the health probe: {type(exc).__name__}: {str(exc)[:200]}"
+        return None
+
+    def _replace(self, cause: str) -> str | None:
+        """Replace the engine (``cause``: why) — its process group stopped, a fresh server on the current
+        weights — once per :data:`RESTART_WINDOW_S`: None once the new server answers. A second fault within
+        the window, or a start that fails, leaves the engine stopped and down for the rest of the window:
+        returns why, which the window's requests then fail with at once."""
+        since = time.monotonic() - self._last_restart
+        if since < RESTART_WINDOW_S:
+            return self._down or self._give_up(f"{cause}; not restarted again {since:.0f} s after a restart")
+        self._last_restart, self.restarts = time.monotonic(), self.restarts + 1
+        started = time.perf_counter()
+        try:
+            self._start(self.model_path, "restart", cause, grace_s=HUNG_GRACE_S)
+        except Exception as exc:  # out of memory, a port taken, a timeout: the window's requests fail as data
+            line = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+            seconds = time.perf_counter() - started
+            self.swaps.append(WeightSwap("restart", seconds, self.model_path, f"{cause}; the restart failed: {line}"))
+            return self._give_up(f"{cause}; the restart failed: {line}")
+        return None
+
+    def _give_up(self, reason: str) -> str:
+        """Stop the engine and leave it down until the window is over: ``reason`` is every request's error."""
+        self._stop(grace_s=HUNG_GRACE_S)
+        self._generation += 1
+        self._down = " ".join(f"the vLLM engine is down: {reason}".split())[:600]
+        return self._down
+
+    def _ensure_running(self) -> str | None:
+        """Before a batch: None when the server is up (or was just replaced), else why it is down (a server
+        given up is started again once its window is over)."""
+        if self._down is None and self.server is not None and self.server.running:
+            return None
+        return self._recover(self._generation, math.inf)
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
-        if not self._ensure_running():
-            error = "the vLLM engine died again right after a restart; see its log under $SPADE_CACHE/servers"
-            return [Completion(text="", finish_reason="error", error=error) for _ in requests]
+        """One completion per request, in order; a request that fails (the engine down, or not answering in
+        its attempts) is a completion with ``error`` set — this never raises."""
+        down = self._ensure_running()
+        if down is not None:
+            return [Completion(text="", finish_reason="error", error=down) for _ in requests]
         requests = seeded(requests, params)
         if len(requests) <= 1:
             return [self._one(r, params) for r in requests]
         with ThreadPoolExecutor(max_workers=min(len(requests), MAX_CONCURRENCY)) as pool:
             return list(pool.map(lambda r: self._one(r, params), requests))
 
-    def _stop(self) -> None:
+    def _stop(self, grace_s: float = 20.0) -> None:
         if self.server is not None:
-            self.server.stop()
+            self.server.stop(grace_s)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None

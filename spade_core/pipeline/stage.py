@@ -150,6 +150,14 @@ class LazyGenerator:
         if self._inner is not None and isinstance(self._inner, KVCacheOwner):
             self._inner.release(keys)
 
+    def collect_swaps(self) -> list[dict[str, Any]]:
+        """This stage's weight swaps: how the lease got the model into a server, then every replacement of an
+        engine that died or hung while this stage used it (a ``restart`` with its cause)."""
+        take = getattr(self._inner, "take_swaps", None) if self._inner is not None else None
+        if callable(take):
+            self.swaps = [*self.swaps, *(swap.as_info() for swap in take())]
+        return self.swaps
+
     def close(self) -> None:  # the lease owns the real generator
         pass
 
@@ -226,6 +234,7 @@ def _resumable(
             files.setdefault(table, []).extend(paths)
         sizes |= part.sizes
         file_digests |= part.file_digests
+    swaps = model.collect_swaps()
     record = StageRecord(
         stage=name,
         shard=shard,
@@ -243,8 +252,8 @@ def _resumable(
         seconds=round(time.perf_counter() - started, 3),
         model_calls=model.calls,
         model_requests=model.requests,
-        # the weight swap is how this stage got its model, not what it computed: kept out of the digest
-        info={**info, "weight_swaps": model.swaps} if model.swaps else info,
+        # the weight swaps are how this stage got (and kept) its model, not what it computed: out of the digest
+        info={**info, "weight_swaps": swaps} if swaps else info,
         started_at=started_at,
         finished_at=now(),
         policy_step=policy_step,
