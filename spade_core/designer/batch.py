@@ -29,6 +29,7 @@ from spade_core.designer.memory import Memory
 from spade_core.designer.mutation import choose_parent, without_docstring
 from spade_core.designer.parameters import parameter_block
 from spade_core.designer.prompt_text import multiturn_brief
+from spade_core.designer.prompt_tokens import request_prompt_ids
 from spade_core.designer.repairs import repair_code
 from spade_core.designer.replies import design_id_for, design_row, late_reply
 from spade_core.designer.skills import skills_for_generation
@@ -162,10 +163,25 @@ def with_repairs(row: dict[str, Any], repairs: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def reply_row(run: DesignRun, completion: Completion, attempt: int, **design: Any) -> dict[str, Any]:
+def design_request(
+    run: DesignRun, generator: Generator, messages: list[dict[str, str]], seed: int | None = None
+) -> GenerationRequest:
+    """The request of one design prompt, first attempt or retry alike: its messages and, when the backend takes
+    token prompts, the ids the designer rendered for them
+    (:func:`~spade_core.designer.prompt_tokens.request_prompt_ids`), which the engine continues and the design
+    row stores (:func:`reply_row`)."""
+    ids = request_prompt_ids(generator, messages, run.cfg.model.enable_thinking)
+    return GenerationRequest(messages=messages, prompt_ids=ids, seed=seed)
+
+
+def reply_row(
+    run: DesignRun, completion: Completion, attempt: int, prompt_ids: list[int] | None = None, **design: Any
+) -> dict[str, Any]:
     """The ``designs`` row of one reply, first attempt or retry alike: :func:`~spade_core.designer.replies.design_row`
     of its text (``design``: the row's ids, prompt and parent; a reply past its deadline is stored without
-    code), its code repaired (:func:`with_repairs`), its ``attempt``, checkpoint, token ids and log-probs."""
+    code), its code repaired (:func:`with_repairs`), its ``attempt``, checkpoint, the prompt's token ids as they
+    were sent (``prompt_ids``; None: the backend was sent the messages alone), the reply's token ids and
+    log-probs."""
     cfg = run.cfg
     row = design_row(
         completion=late_reply(str(completion.error)) if is_late(completion) else completion.text,
@@ -177,6 +193,7 @@ def reply_row(run: DesignRun, completion: Completion, attempt: int, **design: An
         **with_repairs(row, cfg.validation.code_repairs),
         "attempt": attempt,
         "policy_step": run.policy_step,
+        "prompt_ids": None if prompt_ids is None else [int(t) for t in prompt_ids],
         "completion_ids": list(completion.token_ids) or None,
         "logprobs": completion.logprobs,
     }
@@ -196,7 +213,7 @@ def generate_rows(
     back within ``designer.attempt_deadline_s`` (or the time left on the batch's ``clock``) is stored as
     :func:`~spade_core.designer.replies.late_reply`, without code."""
     cfg = run.cfg
-    requests = [GenerationRequest(messages=p.messages, seed=rng.getrandbits(31)) for p in prompts]
+    requests = [design_request(run, generator, p.messages, rng.getrandbits(31)) for p in prompts]
     seconds, what = call_deadline(cfg.designer.attempt_deadline_s, clock)
     completions = generate_within(generator, requests, sampling(cfg, seed), seconds, what)
     rows = [
@@ -204,6 +221,7 @@ def generate_rows(
             run,
             completion,
             attempt,
+            request.prompt_ids,
             design_id=design_id,
             doc_id=prompt.doc_id,
             group_id=group_id,
@@ -213,7 +231,7 @@ def generate_rows(
             parent_env_id=prompt.parent_env_id,
             parent_code=prompt.parent_code,
         )
-        for prompt, (design_id, group_id), completion in zip(prompts, ids, completions, strict=True)
+        for prompt, request, (design_id, group_id), completion in zip(prompts, requests, ids, completions, strict=True)
     ]
     return pd.DataFrame(rows)
 

@@ -27,7 +27,14 @@ from typing import Any
 import pandas as pd
 
 from spade_core.config import sampling_cut
-from spade_core.designer.batch import DesignRun, generate_rows, prompt_documents, prompt_for, reply_row
+from spade_core.designer.batch import (
+    DesignRun,
+    design_request,
+    generate_rows,
+    prompt_documents,
+    prompt_for,
+    reply_row,
+)
 from spade_core.designer.deadline import DEADLINE, Clock, call_deadline, generate_within
 from spade_core.designer.design import REPAIR_MODULE, REPAIR_PARAMETERS, repair_messages
 from spade_core.designer.llm_validator import judge
@@ -36,7 +43,7 @@ from spade_core.designer.parameters import ParameterError, make_variant
 from spade_core.designer.replies import LATE_REPLY, is_late_reply
 from spade_core.envs.validate import validate_many
 from spade_core.hashing import short_hash
-from spade_core.llm.base import GenerationRequest, Generator, SamplingParams
+from spade_core.llm.base import Generator, SamplingParams
 
 
 def validation_rows(run: DesignRun, designs: pd.DataFrame, generator: Generator | None = None) -> list[dict[str, Any]]:
@@ -116,7 +123,9 @@ def repair(
     clock: Clock | None = None,
 ) -> pd.DataFrame:
     """The repaired replies of ``failed`` designs as new design rows with ``attempt`` (each within the design
-    deadlines, as :func:`~spade_core.designer.batch.generate_rows`)."""
+    deadlines, as :func:`~spade_core.designer.batch.generate_rows`); a row's ``prompt`` is the repair
+    conversation its reply was sampled from (the design prompt, the failed reply, the error), as its
+    ``prompt_ids``."""
     cfg = run.cfg
     params = SamplingParams.from_config(
         cfg.model, max_new_tokens=cfg.designer.max_new_tokens, seed=run.seed + attempt, logprobs=True
@@ -124,9 +133,14 @@ def repair(
     parameters = cfg.designer.mode == "parameters"
     parents = parent_codes(run.memory(), cfg.designer.parents) if parameters else {}
     ask = REPAIR_PARAMETERS if parameters else REPAIR_MODULE
+    failed = failed.astype(object).where(failed.notna(), None)  # a null read back as NaN stays null in its row
     requests = [
-        GenerationRequest(
-            messages=repair_messages(json.loads(d.prompt), d.completion, v["error_type"], v["message"] or "", ask)
+        design_request(
+            run,
+            generator,
+            repair_messages(
+                repaired_prompt(d.prompt, int(d.attempt)), d.completion, v["error_type"], v["message"] or "", ask
+            ),
         )
         for d, v in zip(failed.itertuples(), verdicts, strict=True)
     ]
@@ -137,18 +151,34 @@ def repair(
             run,
             reply,
             attempt,
+            request.prompt_ids,
             design_id=d.design_id,
             doc_id=d.doc_id,
             group_id=d.group_id,
             skill=d.skill,
-            messages=json.loads(d.prompt),
+            messages=request.messages,
             model_ref=d.model_ref,
             parent_env_id=getattr(d, "parent_env_id", None),
             parent_code=parents.get(str(getattr(d, "parent_env_id", None))) if parameters else None,
         )
-        for d, reply in zip(failed.itertuples(), replies, strict=True)
+        for d, request, reply in zip(failed.itertuples(), requests, replies, strict=True)
     ]
     return pd.DataFrame(rows)
+
+
+def repaired_prompt(prompt: str, attempt: int) -> list[dict[str, str]]:
+    """The design prompt a repair of a failed attempt is built on, from that attempt's stored ``prompt``: a first
+    attempt's messages, or those a repair (``attempt`` >= 1: the repairs are the first retries) was built on, its
+    stored conversation less the failed reply and error it added. A repair row stores its whole conversation,
+    which is the prompt its reply was sampled from and is trained on.
+
+    >>> first = [{"role": "user", "content": "design"}]
+    >>> repair = [*first, {"role": "assistant", "content": "x = ("}, {"role": "user", "content": "failed"}]
+    >>> repaired_prompt(json.dumps(first), 0) == first, repaired_prompt(json.dumps(repair), 1) == first
+    (True, True)
+    """
+    messages: list[dict[str, str]] = json.loads(prompt)
+    return messages[:-2] if attempt >= 1 else messages
 
 
 def fresh_documents(run: DesignRun, count: int, shard: int, attempt: int) -> pd.DataFrame:

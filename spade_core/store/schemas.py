@@ -43,6 +43,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("env_id", _str, True),
             _f("model_ref", _str),
             _f("policy_step", pa.int64()),  # the checkpoint (global step) that wrote the reply
+            # The token ids of the prompt as the engine was sent them (the chat template's rendering of ``prompt``,
+            # spade_core/designer/prompt_tokens.py); the designer is trained on exactly these. Null where the
+            # backend takes text only (openai) and on rows of older writers: the trainer renders ``prompt``.
+            _f("prompt_ids", pa.list_(pa.int32()), True),
             # The sampled tokens of the reply and the behaviour log-prob of each (null: the backend gave none);
             # the designer is trained on exactly these tokens, with truncated importance sampling.
             _f("completion_ids", pa.list_(pa.int32()), True),
@@ -126,7 +130,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("terminated", pa.bool_(), True),
             # A sandbox class (sandbox.outcome.ENV_ERROR_TYPES): the environment broke the play, after
             # rollout.env_retries retries; kept, but left out of win rates and training. model_error: the
-            # model call failed; counts as return 0.
+            # model call failed after rollout.model_retries retries; left out the same way
+            # (sandbox.outcome.is_left_out).
             _f("error_type", _str, True),
             _f("transcript", pa.list_(_transcript_turn)),
             _f("rewards", pa.list_(pa.float64())),
@@ -231,6 +236,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("tis_clipped_fraction", pa.float64(), True),  # fraction of trained tokens whose weight was clamped
             # the weights' spread over the step's trained tokens (min, 10th, 50th, 90th percentile, max)
             *(_f(f"tis_weight_{k}", pa.float64(), True) for k in TIS_QUANTILES),
+            _f("processes", pa.int64(), True),  # training processes of the update (accelerate's num_processes)
         ]
     ),
     "evals": pa.schema(
@@ -252,10 +258,11 @@ TABLES: tuple[str, ...] = tuple(SCHEMAS)
 # Nullable columns added to a table after writers of it existed: a frame without them is written with nulls
 # (as files written before them read back with nulls). Every other column must be in the frame.
 ADDED_COLUMNS: dict[str, frozenset[str]] = {
-    "designs": frozenset({"repairs", "unrepaired_env_id", "parent_env_id"}),
+    "designs": frozenset({"repairs", "unrepaired_env_id", "parent_env_id", "prompt_ids"}),
     "novelty": frozenset({"check"}),
     "validations": frozenset({"llm_verdict", "llm_reason"}),
     "evals": frozenset({"error_type"}),
+    "train_metrics": frozenset({"processes"}),
 }
 
 

@@ -8,14 +8,15 @@ Two roles share one update:
   prompt is everything before the agent's first token and the loss mask (``env_mask`` in TRL) is 1 exactly
   on the agent's own tokens, so observations that the environment wrote are never trained on. The
   behaviour log-probs stored with the episode travel with the sample, for truncated importance sampling.
-  Plays the environment broke are left out; a tool-use play that did not terminate keeps its place in the
-  group (return 0) but is masked out of the loss (:func:`agent_samples`).
+  Plays the environment broke, and plays whose model call failed, are left out; a tool-use play that did not
+  terminate keeps its place in the group (return 0) but is masked out of the loss (:func:`agent_samples`).
 - **designer**: the valid designs of the generation whose designs are due at this step (trained
   ``designer.training_delay`` steps after that generation's first step); reward = the raw designer
   reward over the generation's window, advantage = that reward centred on its skill's mean and scaled
   (the ``designer_rewards`` table, written by the reward stage). Invalid attempts and dropped designs are
   never samples; a design refused as a copy of its parent is one only with ``scoring.parent_copy_raw`` set.
-  The designer's samples come first in the batch.
+  A design is trained on the prompt ids the engine was sent and the tokens it sampled, nothing added
+  (:func:`designer_samples`). The designer's samples come first in the batch.
 
 SPADE computes every advantage itself (TRL is told not to renormalise, ``spade_core.train.step``), so groups
 may have any size and the roles any mix; a group whose advantages are all zero (one play, or equal
@@ -27,18 +28,21 @@ Pure functions over frames: no model, no Prefect. ``spade_core.train.step`` feed
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
-from sandbox.outcome import is_env_error
-from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
+from sandbox.outcome import is_left_out
+from spade_core.designer.prompt_tokens import first_difference, render_prompt_ids
 from spade_core.method.advantages import group_zscores
+
+log = logging.getLogger(__name__)
 
 AGENT = "agent"
 DESIGNER = "designer"
@@ -140,10 +144,11 @@ def agent_samples(
     """No-hint episodes as agent samples grouped per environment, advantages z-scored within each group;
     returns (samples, skipped). ``episodes`` holds the plays of one step.
 
-    Left out and counted in ``skipped``: plays the environment broke (an ``error_type`` of
-    :data:`sandbox.outcome.ENV_ERROR_TYPES`; they say nothing about the agent) and plays with no agent
-    token. A play of an environment whose kind is in ``mask_truncated`` [tool use] that did not terminate
-    (``terminated`` False: truncated, out of turns or context, or a ``model_error``) stays in its group, so
+    Left out and counted in ``skipped``: plays whose ``error_type`` says nothing about the agent
+    (:func:`sandbox.outcome.is_left_out`: the environment broke the play, or its model call failed, a
+    ``model_error``; such a play is no 0 in its group) and plays with no agent token. A play of an environment
+    whose kind is in ``mask_truncated`` [tool use] that did not terminate (``terminated`` False: truncated,
+    out of turns or context) stays in its group, so
     its return 0 counts in the z-score, but its ``env_mask`` is all 0: no token of it is trained on (the
     authors' ``--spade-compact-filter``, ``spade/slime/spade_rollout.py:811-818``, on in their tool-use
     runs). The kind of an environment comes from ``kinds`` (env_id -> "game" | "tool", e.g. the pool's
@@ -153,7 +158,7 @@ def agent_samples(
     skipped = 0
     rows = episodes[episodes["condition"] == "no_hint"] if not episodes.empty else episodes
     for row in rows.sort_values(["env_id", "seed", "episode_id"]).itertuples() if not rows.empty else []:
-        if is_env_error(getattr(row, "error_type", None)):
+        if is_left_out(getattr(row, "error_type", None)):
             skipped += 1
             continue
         token_ids, loss_mask = row.token_ids, row.loss_mask
@@ -196,41 +201,39 @@ def with_advantages(samples: list[Sample]) -> list[Sample]:
     return [replace(s, advantage=a) for s, a in zip(samples, advantages, strict=True)]
 
 
-def designer_samples(designs: pd.DataFrame, tokenizer: Any, enable_thinking: bool | None = None) -> list[Sample]:
+def designer_samples(
+    designs: pd.DataFrame,
+    tokenizer: Any,
+    enable_thinking: bool | None = None,
+    report: Callable[[str], None] = log.warning,
+) -> list[Sample]:
     """Rewarded designs as designer samples (docs/DESIGN.md §7: the designer's windowed, delayed reward).
 
     ``designs`` holds one row per design to train: its ``designs`` columns (the final, valid attempt) and
     its ``designer_rewards`` columns ``raw`` and ``reward``. The advantage is ``reward`` as the reward stage
     computed it (centred on its skill's mean, scaled): SPADE does not z-score designer samples, so a group of
-    one design carries signal. The prompt is re-rendered from the stored chat messages with the chat template
-    (``enable_thinking`` passed when the template reads it), exactly as the designer saw it; the completion is
-    the stored sampled tokens (the text's tokens when the backend gave none) followed by the end-of-turn token
-    when the reply did not end with it, so the stored behaviour log-probs line up token for token (NaN, i.e.
-    weight 1, for an appended token).
+    one design carries signal.
+
+    The prompt is the ``prompt_ids`` stored with the design, the ids the engine was sent (:func:`design_prompt`);
+    a row without them (a text-only backend, an older store) has its chat messages rendered with the chat
+    template (``enable_thinking`` passed when the template reads it). A row whose stored ids differ from that
+    rendering is not trained: ``report`` gets one line naming it. The completion is exactly the stored
+    sampled tokens (the text's tokens when the backend gave none), every one trained (``env_mask`` 1), the
+    stored behaviour log-probs aligned with them: a reply cut at the token limit is trained as it was
+    sampled, with no end-of-turn token added (:func:`design_completion`). A row with no completion token is
+    not trained either.
     """
     if designs.empty:
         return []
-    # model.enable_thinking reaches the template as it reached the designer's request (when the template reads it)
-    extra = ChatTokens(tokenizer, None, template_kwargs(enable_thinking)).extra
-    eos = int(tokenizer.eos_token_id)
     samples = []
     for row in designs.sort_values(["skill", "design_id"]).itertuples():
-        messages = json.loads(row.prompt)
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **extra)
-        prompt_ids = [int(t) for t in (prompt["input_ids"] if hasattr(prompt, "keys") else prompt)]
-        stored = getattr(row, "completion_ids", None)
-        if stored is not None and len(stored) > 0:
-            completion = [int(t) for t in stored]
-            raw_logprobs = getattr(row, "logprobs", None)
-            behaviour = None if raw_logprobs is None else [float(x) for x in raw_logprobs]
-        else:
-            completion = [int(t) for t in tokenizer(row.completion, add_special_tokens=False)["input_ids"]]
-            behaviour = None
-        if not completion or completion[-1] != eos:
-            completion.append(eos)
-            behaviour = None if behaviour is None else [*behaviour, math.nan]
-        if behaviour is not None and len(behaviour) != len(completion):
-            behaviour = None  # a backend that dropped or added tokens: no correction rather than a wrong one
+        prompt_ids = design_prompt(row, tokenizer, enable_thinking, report)
+        if prompt_ids is None:
+            continue
+        completion, behaviour = design_completion(row, tokenizer)
+        if not completion:
+            report(f"design {row.design_id} (env {getattr(row, 'env_id', None)}): no completion token, not trained")
+            continue
         samples.append(
             Sample(
                 DESIGNER,
@@ -248,6 +251,53 @@ def designer_samples(designs: pd.DataFrame, tokenizer: Any, enable_thinking: boo
             )
         )
     return samples
+
+
+def _ids(value: Any) -> list[int] | None:
+    """Stored token ids as ints; None for a null or empty value.
+
+    >>> _ids(None), _ids([]), _ids([3, 4])
+    (None, None, [3, 4])
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)) or len(value) == 0:
+        return None
+    return [int(t) for t in value]
+
+
+def design_prompt(
+    row: Any, tokenizer: Any, enable_thinking: bool | None, report: Callable[[str], None]
+) -> list[int] | None:
+    """The prompt ids a design row trains on: its stored ``prompt_ids`` when it has them and the chat template
+    renders its ``prompt`` messages to the same ids, else that rendering (no stored ids); None, with one line
+    to ``report``, when the two differ (the engine saw another prompt than the trainer would train on)."""
+    rendered = render_prompt_ids(tokenizer, json.loads(row.prompt), enable_thinking)
+    stored = _ids(getattr(row, "prompt_ids", None))
+    if stored is None:
+        return rendered
+    at = first_difference(stored, rendered)
+    if at is None:
+        return stored
+    report(
+        f"design {row.design_id} (env {getattr(row, 'env_id', None)}): its stored prompt ids ({len(stored)} tokens) "
+        f"differ from the chat template's rendering of its prompt ({len(rendered)} tokens) from token {at}: "
+        "not trained"
+    )
+    return None
+
+
+def design_completion(row: Any, tokenizer: Any) -> tuple[list[int], list[float] | None]:
+    """A design row's completion ids and behaviour log-probs: the stored sampled tokens and their log-probs
+    (None when the log-probs are missing or do not line up with the tokens: no correction rather than a wrong
+    one), else the reply text's tokens without log-probs. Nothing is added: a reply cut at the token limit
+    ends where it was cut, one that stopped ends with the end-of-turn token it sampled."""
+    stored = _ids(getattr(row, "completion_ids", None))
+    if stored is None:
+        return [int(t) for t in tokenizer(row.completion, add_special_tokens=False)["input_ids"]], None
+    raw_logprobs = getattr(row, "logprobs", None)
+    behaviour = None if raw_logprobs is None else [float(x) for x in raw_logprobs]
+    if behaviour is not None and len(behaviour) != len(stored):
+        behaviour = None
+    return stored, behaviour
 
 
 def _groups(samples: list[Sample]) -> dict[str, list[Sample]]:
