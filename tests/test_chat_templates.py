@@ -388,3 +388,67 @@ def test_a_run_on_a_model_whose_template_cannot_be_split_is_refused_before_it_wr
     from spade_core.llm.run_template import check_run_template
 
     check_run_template(load_config("tiny", overrides=[f"model.name_or_path={model}", "designer.kind=both"]))
+
+
+# -- through the rollout engine, with the tiny model ---------------------------------------------------------------
+class Recorded:
+    """The tiny model's generator, keeping each request's prompt ids and each completion's sampled ids."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.turns: list[tuple[list[int], list[int]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def generate(self, requests: list[Any], params: Any) -> list[Any]:
+        out = self.inner.generate(requests, params)
+        self.turns += [(list(r.prompt_ids), list(c.token_ids)) for r, c in zip(requests, out, strict=True)]
+        return out
+
+
+@pytest.fixture(scope="module")
+def tiny_generator(tiny_model_dir: str, bundled: Any) -> Any:
+    """The tiny model on transformers, its embeddings grown to hold every family's added tokens."""
+    from spade_core.llm.hf import TransformersGenerator
+
+    generator = TransformersGenerator(tiny_model_dir, device="cpu", dtype="float32", batch_size=4)
+    generator.model.resize_token_embeddings(max(len(family_tokenizer(bundled, f)) for f in FAMILIES.values()))
+    yield generator
+    generator.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_rollout_of_the_tiny_model_sends_and_keeps_each_message_once(
+    bundled: Any, tiny_generator: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spade_core.config import RolloutConfig
+    from spade_core.envs.seeds import load_seed_envs
+    from spade_core.llm.base import SamplingParams
+    from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+
+    family = FAMILIES[name]
+    tokenizer = family_tokenizer(bundled, family)
+    monkeypatch.setattr(tiny_generator, "tokenizer", tokenizer)  # the replies decode with the family's tokens
+    recorded = Recorded(tiny_generator)
+    env = {e.skill: e for e in load_seed_envs()}["pattern_recognition"]
+    style = "ours" if family.system else "authors"  # Gemma 2 takes no system message
+    cfg = RolloutConfig(max_turns=3, max_tokens_per_turn=24, max_context_tokens=4096, agent_prompt=style)
+    thinking = dict(family.extra).get("enable_thinking")
+    engine = RolloutEngine(recorded, cfg, SamplingParams(temperature=1.0, seed=0), enable_thinking=thinking)
+    (row,) = engine.run([EpisodeSpec(env.env_id, env.code, 3)])
+    assert row["error_type"] is None, row
+    ids, mask = row["token_ids"], row["loss_mask"]
+    assert len(recorded.turns) == row["turns"] >= 2, row["turns"]
+    for k, (sent, sampled) in enumerate(recorded.turns):  # what the engine was sent and returned, token for token
+        assert ids[: len(sent) + len(sampled)] == sent + sampled, k
+        assert mask[len(sent) : len(sent) + len(sampled)] == [1] * len(sampled), k
+        if k + 1 < len(recorded.turns):
+            assert recorded.turns[k + 1][0][: len(sent) + len(sampled)] == sent + sampled, k
+    assert sum(mask) == sum(len(s) for _, s in recorded.turns)  # no other token is trained
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    for m in row["transcript"]:  # one copy of the conversation: each message as often as the conversation has it
+        if m["role"] != "assistant":  # (a reply may be empty, or a few characters found anywhere)
+            copies = sum(other["content"].count(m["content"]) for other in row["transcript"])
+            assert text.count(m["content"]) == copies, (m["content"], text)
