@@ -10,6 +10,12 @@ machine-readable:
 lora_tokens_per_s=<t>
 
     .venv/bin/python benchmarks/train_step.py [--envs 4] [--plays 4] [--turns 3] [--tokens 32] [--set k=v]
+
+With ``--processes N`` (N > 1) it times instead the full fine-tuning step on one process and on N CPU processes
+(data parallel over gloo, ``data/accelerate/cpu-ddp2.yaml`` with N processes), side by side with the load
+average before each, and the weights' largest relative difference between the two updates; its last line is
+
+    p1_s_per_step=<s> pN_s_per_step=<s> max_rel_weight_diff=<d>
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 
 import argparse
 import resource
+import shutil
 import statistics
 import tempfile
 from typing import Any
@@ -36,16 +43,36 @@ from spade_core.llm.base import SamplingParams
 from spade_core.llm.hf import TransformersGenerator
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 from spade_core.store.artifacts import Store
-from spade_core.train.launch import launch_training
+from spade_core.store.markers import StageRecord, write_marker
+from spade_core.train.launch import ACCELERATE_DIR, launch_training
 
 RUN = "bench"
+
+
+def write_stage(store: Store, stage: str, table: str, frame: pd.DataFrame) -> None:
+    """``frame`` as the one file of stage ``stage`` of generation 1, with the marker that lists it (the trainer
+    reads the files a stage's marker lists)."""
+    written = store.write_table(table, frame, run_id=RUN, gen=1, stage=stage)
+    record = StageRecord(
+        stage=stage,
+        run_id=RUN,
+        gen=1,
+        artifact_hash="bench",
+        digest=stage,
+        files={table: [written.path]},
+        sizes={written.path: written.size},
+        file_digests={written.path: written.digest},
+    )
+    write_marker(store, record)
 
 
 def stored_generation(store: Store, envs: int, plays: int, turns: int, tokens: int) -> int:
     """Play and store one generation's no-hint episodes; returns the number of episodes."""
     generator = TransformersGenerator("embedded", device="cpu", dtype="float32", batch_size=16)
     rollout = RolloutConfig(max_turns=turns, max_tokens_per_turn=tokens, max_context_tokens=1024)
-    specs = [EpisodeSpec(e.env_id, e.code, 0, play=p) for e in load_seed_envs()[:envs] for p in range(plays)]
+    # Game environments: a tool-use play that did not terminate (most, for the untrained model) trains no token.
+    played = [e for e in load_seed_envs() if e.kind == "game"][:envs]
+    specs = [EpisodeSpec(e.env_id, e.code, 0, play=p) for e in played for p in range(plays)]
     rows = RolloutEngine(generator, rollout, SamplingParams(temperature=1.0, seed=0), call_timeout_s=5.0).run(specs)
     generator.close()
     frame = pd.DataFrame(rows)
@@ -53,16 +80,17 @@ def stored_generation(store: Store, envs: int, plays: int, turns: int, tokens: i
     frame["policy_step"] = 0
     if "logprobs" not in frame.columns:
         frame["logprobs"] = None
-    store.write_table("episodes", frame, run_id=RUN, gen=1, stage="rollout-s0")
+    write_stage(store, "rollout-s0", "episodes", frame)
     pool = [
         {"env_id": e.env_id, "design_id": None, "skill": e.skill, "kind": e.kind, "code": e.code, "source": "replay"}
-        for e in load_seed_envs()[:envs]
+        for e in played
     ]
-    store.write_table("pool", pd.DataFrame(pool), run_id=RUN, gen=1, stage="pool")
+    write_stage(store, "pool", "pool", pd.DataFrame(pool))
     return len(frame)
 
 
-def measure(root: str, lora: bool, extra: list[str]) -> dict[str, float]:
+def measure(root: str, lora: bool, extra: list[str], keep: str | None = None) -> dict[str, float]:
+    """One update of the stored generation, timed; ``keep``: a directory to copy its weights to first."""
     cfg = load_config("tiny", None, [f"store.root={root}", f"training.lora={str(lora).lower()}", *extra])
     store = Store(root)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -70,6 +98,8 @@ def measure(root: str, lora: bool, extra: list[str]) -> dict[str, float]:
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     metrics = store.read_table("train_metrics", run_id=RUN, gen=1).drop_duplicates("step")
     seconds = [float(s) for s in metrics["step_seconds"].dropna()]
+    if not seconds:
+        raise SystemExit(f"the update trained nothing to time: {summary.skipped_reason or summary.line()}")
     out = {
         "steps": float(summary.steps),
         "s_per_step": statistics.median(seconds),
@@ -78,11 +108,51 @@ def measure(root: str, lora: bool, extra: list[str]) -> dict[str, float]:
         "processed_tokens_per_s": float(metrics["tokens"].sum()) / sum(seconds),  # + prompts and env text
         "rss_measured": float(peak_kb > before),
     }
+    if keep is not None:
+        shutil.copytree(store.checkpoint_dir(RUN, 1), keep)
     store.fs.rm(store.checkpoint_dir(RUN, 1), recursive=True)  # the next variant starts from the same base
     for table in ("train_metrics", "train_samples"):
         for path in store.table_files(table, RUN, 1):
             store.fs.rm(path)
     return out
+
+
+def cpu_processes_config(processes: int, directory: str) -> str:
+    """``data/accelerate/cpu-ddp2.yaml`` with ``processes`` processes, written to ``directory``."""
+    text = (ACCELERATE_DIR / "cpu-ddp2.yaml").read_text().replace("num_processes: 2", f"num_processes: {processes}")
+    path = os.path.join(directory, f"cpu-ddp{processes}.yaml")
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+def max_relative_difference(left: str, right: str) -> float:
+    """Largest over the tensors of max |a - b| / max |a| between two checkpoints' ``model.safetensors``."""
+    from safetensors.torch import load_file
+
+    a, b = load_file(f"{left}/model.safetensors"), load_file(f"{right}/model.safetensors")
+    return max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp(min=1e-30)) for k in a)
+
+
+def compare_processes(root: str, processes: int, extra: list[str]) -> None:
+    """The full fine-tuning step on 1 and on ``processes`` CPU processes, side by side."""
+    rows = {}
+    for n in (1, processes):
+        acc = [] if n == 1 else [f"training.accelerate_config={cpu_processes_config(n, root)}"]
+        load = os.getloadavg()
+        rows[n] = measure(root, False, [*extra, *acc], keep=os.path.join(root, f"weights-p{n}"))
+        r = rows[n]
+        print(
+            f"{n} process{'es' if n > 1 else ''}: {r['s_per_step']:.2f} s/step (the step alone), "
+            f"{r['tokens_per_s']:.0f} trained tokens/s, peak RSS {r['peak_rss_gb']:.2f} GB (the largest process); "
+            f"load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs"
+        )
+    diff = max_relative_difference(os.path.join(root, "weights-p1"), os.path.join(root, f"weights-p{processes}"))
+    print(f"weights after the step, 1 vs {processes} processes: max relative difference {diff:.2e}")
+    print(
+        f"p1_s_per_step={rows[1]['s_per_step']:.3g} p{processes}_s_per_step={rows[processes]['s_per_step']:.3g} "
+        f"max_rel_weight_diff={diff:.3g}"
+    )
 
 
 def main() -> None:
@@ -92,10 +162,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3, help="Turn limit per episode.")
     parser.add_argument("--tokens", type=int, default=32, help="Agent tokens per turn.")
     parser.add_argument("--set", action="append", help="Config override on the tiny preset (repeatable).")
+    parser.add_argument("--processes", type=int, default=1, help="N > 1: time 1 and N CPU training processes.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="spade-bench-train-") as root:
         n = stored_generation(Store(root), args.envs, args.plays, args.turns, args.tokens)
         print(f"stored {n} real episodes ({args.envs} envs x {args.plays} plays)")
+        if args.processes > 1:
+            compare_processes(root, args.processes, args.set or [])
+            return
         # LoRA first: ru_maxrss of children is a running maximum, so the larger full run comes second.
         results: dict[str, dict[str, Any]] = {}
         for name, lora in (("lora", True), ("full", False)):

@@ -330,20 +330,33 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def trains_on_cpu(cfg: Any) -> bool:
+    """Whether the update runs on the CPU: ``model.device`` is ``cpu``, no GPU is present, or the launch's
+    accelerate config says ``use_cpu`` (``ACCELERATE_USE_CPU``, :func:`spade_core.train.launch.accelerate_env`).
+    Every process of a launch must agree, and build its ``PartialState(cpu=...)`` from this before TRL's
+    ``Accelerator(cpu=...)``: a state built without ``cpu=True`` under torchrun is not distributed on a CPU."""
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
+        return True
+    return cfg.model.device == "cpu" or not torch.cuda.is_available()
+
+
 def grpo_args(cfg: Any, batch: Batch, output_dir: str, num_processes: int) -> tuple[Any, int]:
     """``GRPOConfig`` for exactly one optimizer step over the whole batch, and the padded sample count.
 
     Micro-batches of ``training.per_device_batch_size`` (rounded up to even) per process, with as many
-    gradient-accumulation steps as the batch needs. AdamW with the run's settings; TRL's own advantage
-    scaling off (``scale_rewards="none"``; the subclass replaces its advantages anyway).
+    gradient-accumulation steps as the batch needs. With P processes a batch of N samples is padded with
+    zero-mask rows to ``micro * P * accumulation`` rows (:class:`StoredRollouts`): no sample is dropped or
+    repeated whatever P is, and :func:`sample_mean_scale` keeps a per-row loss a mean over the N samples.
+    AdamW with the run's settings; TRL's own advantage scaling off (``scale_rewards="none"``; the subclass
+    replaces its advantages anyway).
     """
-    import torch
-
     t = cfg.training
     micro = math.ceil(t.per_device_batch_size / MICRO_GROUP) * MICRO_GROUP
     per_step = micro * num_processes
     accumulation = max(1, math.ceil(len(batch.samples()) / per_step))
-    on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available()
+    on_gpu = not trains_on_cpu(cfg)
     args = _config_class()(
         behaviour_logprob_temperature=t.behaviour_logprob_temperature,
         output_dir=output_dir,

@@ -59,6 +59,7 @@ class TrainSummary:
     weight_delta_relative: float | None = None  # weight_delta / L2 norm of those parameters before the step
     seconds: float = 0.0
     skipped_reason: str | None = None
+    processes: int = 1  # training processes of the update (accelerate's num_processes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainSummary:
@@ -99,14 +100,69 @@ def accelerate_config_path(name: str | None) -> Path | None:
     raise FileNotFoundError(f"training.accelerate_config {name!r} not found; files in data/accelerate/: {available}")
 
 
+def accelerate_settings(path: Path) -> Any:
+    """The accelerate config file at ``path`` as accelerate itself reads it (its ``ClusterConfig``:
+    ``distributed_type``, ``num_processes``, ``mixed_precision``, ``fsdp_config``, ``use_cpu``, ...)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    return load_config_from_file(str(path))
+
+
+def needs_torchrun(distributed_type: str, num_processes: int, mpirun_hostfile: str | None) -> bool:
+    """Whether ``accelerate launch`` must be told ``--multi_gpu`` to start ``num_processes`` processes.
+
+    accelerate starts several processes through torchrun (its ``multi_gpu_launcher``) for every multi-device
+    type but ``MULTI_CPU``, which it hands to its ``simple_launcher``: that one starts ``mpirun`` when the
+    config names an ``mpirun_hostfile`` and otherwise ONE process (accelerate 1.16,
+    ``accelerate/commands/launch.py:launch_command``, ``accelerate/utils/launch.py:
+    prepare_simple_launcher_cmd_env``). ``--multi_gpu`` selects the torchrun launcher; on a CPU each process
+    then joins a gloo group as ``MULTI_CPU`` because it builds its ``PartialState(cpu=True)``.
+
+    >>> needs_torchrun("MULTI_CPU", 2, None), needs_torchrun("MULTI_CPU", 2, "hosts"), needs_torchrun("NO", 1, None)
+    (True, False, False)
+    """
+    return str(distributed_type).split(".")[-1] == "MULTI_CPU" and num_processes > 1 and not mpirun_hostfile
+
+
+def unsharded_on_cpu(distributed_type: str, on_gpu: bool) -> str | None:
+    """Why a sharded config (FSDP, DeepSpeed) cannot train here, or None.
+
+    accelerate 1.16 turns its FSDP plugin on only for the multi-accelerator types (``AcceleratorState.__init__``
+    switches ``MULTI_GPU``, ``MULTI_XPU``, ``MULTI_NPU``, ... to ``FSDP``; ``MULTI_CPU`` is not among them), so
+    an FSDP config on the CPU would train as plain data parallel without a word, and its DeepSpeed launcher
+    needs GPUs: the launch is refused instead.
+
+    >>> unsharded_on_cpu("FSDP", False)[:36], unsharded_on_cpu("FSDP", True), unsharded_on_cpu("NO", False)
+    ('sharded training (FSDP) needs GPUs: ', None, None)
+    """
+    kind = str(distributed_type).split(".")[-1]
+    if kind not in ("FSDP", "DEEPSPEED") or on_gpu:
+        return None
+    return (
+        f"sharded training ({kind}) needs GPUs: accelerate enables it only for multi-accelerator types, "
+        "on the CPU it would run unsharded (use cpu-ddp2.yaml for several CPU processes)"
+    )
+
+
 def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int, step: int) -> list[str]:
     """The ``accelerate launch`` command line of one update (CPU: one process, no mixed precision)."""
     launch = [sys.executable, "-m", "accelerate.commands.launch"]
     acc = accelerate_config_path(cfg.training.accelerate_config)
     if acc is not None:
         launch += ["--config_file", str(acc)]
+        settings = accelerate_settings(acc)
+        processes = settings.num_processes
         if cfg.orchestration.training_devices is not None:  # one process per training device
-            launch += ["--num_processes", str(len(cfg.orchestration.training_devices))]
+            processes = len(cfg.orchestration.training_devices)
+            launch += ["--num_processes", str(processes)]
+        if needs_torchrun(settings.distributed_type, processes, getattr(settings, "mpirun_hostfile", None)):
+            launch += ["--multi_gpu"]
+        import torch
+
+        on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available() and not settings.use_cpu
+        reason = unsharded_on_cpu(settings.distributed_type, on_gpu)
+        if reason is not None:
+            raise ValueError(f"training.accelerate_config {acc.name}: {reason}")
     else:
         import torch
 
@@ -117,6 +173,16 @@ def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int, step: 
             launch += ["--cpu"]
     args = ["--run-id", run_id, "--gen", str(gen), "--step", str(step), "--config", config_file]
     return [*launch, "-m", "spade_core.train.step", *args]
+
+
+def accelerate_env(cfg: Any) -> dict[str, str]:
+    """Environment entries the named accelerate config needs beyond what ``accelerate launch`` sets:
+    ``ACCELERATE_USE_CPU=true`` for a CPU config, which the torchrun launcher does not pass on
+    (:func:`needs_torchrun`); the trainer reads it to build its state on the CPU."""
+    acc = accelerate_config_path(cfg.training.accelerate_config)
+    if acc is None or not accelerate_settings(acc).use_cpu:
+        return {}
+    return {"ACCELERATE_USE_CPU": "true"}
 
 
 def launch_training(
@@ -144,6 +210,7 @@ def launch_training(
             "TRL_EXPERIMENTAL_SILENCE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             **training_env(cfg),
+            **accelerate_env(cfg),
         }
         with subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1

@@ -19,6 +19,7 @@ loss TRL logs is the joint loss of the step; reward statistics are per role.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -44,7 +45,7 @@ from spade_core.store.checkpoints import (
 from spade_core.store.markers import read_listed
 from spade_core.store.schemas import TIS_QUANTILES
 from spade_core.store.verdicts import final_designs
-from spade_core.threads import use_threads
+from spade_core.threads import auto_threads, use_threads
 from spade_core.train.data import (
     AGENT,
     DESIGNER,
@@ -62,6 +63,7 @@ from spade_core.train.grpo import (
     sample_mean_scale,
     spade_trainer_class,
     stored_reward,
+    trains_on_cpu,
 )
 from spade_core.train.launch import TrainSummary
 
@@ -188,13 +190,31 @@ def _recorder() -> Any:
     return StepRecorder()
 
 
-def _metrics_frame(recorder: Any, batch: Batch, step: int) -> pd.DataFrame:
-    """``train_metrics`` rows of the optimizer step: one row per role in the batch (the loss is the joint one)."""
+def reward_stats(rewards: list[float]) -> tuple[float, float]:
+    """(mean, population standard deviation) of a role's rewards.
+
+    The per-role reward statistics of ``train_metrics`` are taken from the batch, not from TRL's logged
+    ``log_metric`` values: TRL averages those per-process means unweighted across processes
+    (``GRPOTrainer._calculate_rewards``), so with two processes holding different shares of a role they
+    would differ from one process's, and they would count the zero-mask padding rows.
+
+    >>> reward_stats([0.0, 1.0, 1.0, 0.0])
+    (0.5, 0.5)
+    """
+    mean = sum(rewards) / len(rewards)
+    return mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+
+
+def _metrics_frame(recorder: Any, batch: Batch, step: int, processes: int = 1) -> pd.DataFrame:
+    """``train_metrics`` rows of the optimizer step: one row per role in the batch (the loss is the joint one),
+    with the number of training processes."""
     rows = []
     for log in recorder.logs:
         for role in (AGENT, DESIGNER):
-            if f"{role}/reward_mean" not in log:
+            rewards = [s.reward for s in batch.samples(role)]
+            if not rewards:
                 continue
+            mean, std = reward_stats(rewards)
             clip = log.get("clip_ratio/region_mean")
             rows.append(
                 {
@@ -202,8 +222,8 @@ def _metrics_frame(recorder: Any, batch: Batch, step: int) -> pd.DataFrame:
                     "step": step,
                     "loss": float(log["loss"]),
                     "grad_norm": _maybe(log.get("grad_norm")),
-                    "reward_mean": float(log[f"{role}/reward_mean"]),
-                    "reward_std": float(log[f"{role}/reward_std"]),
+                    "reward_mean": mean,
+                    "reward_std": std,
                     "kl": _maybe(log.get("kl")),
                     "clip_fraction": _maybe(clip),
                     "tokens": sum(s.trained_tokens for s in batch.samples(role)),
@@ -212,6 +232,7 @@ def _metrics_frame(recorder: Any, batch: Batch, step: int) -> pd.DataFrame:
                     "tis_weight_mean": _maybe(log.get("tis/weight_mean")),
                     "tis_clipped_fraction": _maybe(log.get("tis/clipped_fraction")),
                     **{f"tis_weight_{k}": _maybe(log.get(f"tis/weight_{k}")) for k in TIS_QUANTILES},
+                    "processes": processes,
                 }
             )
     return pd.DataFrame(rows)
@@ -308,7 +329,7 @@ def _run_trainer(
 ) -> TrainSummary:
     from accelerate import PartialState
 
-    state = PartialState()
+    state = PartialState(cpu=trains_on_cpu(cfg))  # before TRL's Accelerator: decides MULTI_CPU under torchrun
     run_id, gen, s = summary.run_id, summary.gen, summary.step
     peft_config = None
     if cfg.training.lora:
@@ -335,7 +356,9 @@ def _run_trainer(
             rollout_func=rollouts,
             callbacks=[recorder, optimizer.callback()],
         )
-        before = _trained_snapshot(trainer.model) if state.num_processes == 1 else None
+        # Every process of a data-parallel update holds the whole model; a sharded one (FSDP, DeepSpeed) does not.
+        sharded = bool(trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled)
+        before = _trained_snapshot(trainer.model) if state.is_main_process and not sharded else None
         trainer.train()
         if before is not None:
             summary.weight_delta, summary.weight_delta_relative = _weight_delta(trainer.model, before)
@@ -351,9 +374,10 @@ def _run_trainer(
             norms = [float(log["grad_norm"]) for log in recorder.logs if log.get("grad_norm") is not None]
             summary.grad_norm = norms[-1] if norms else None
             summary.kind = "lora" if cfg.training.lora else "full"
+            summary.processes = state.num_processes
             summary.seconds = time.perf_counter() - started
             stage = instance_name("train", s - first_step(cfg, gen))
-            metrics = _metrics_frame(recorder, batch, s)
+            metrics = _metrics_frame(recorder, batch, s, state.num_processes)
             tables = [] if metrics.empty else [("train_metrics", metrics)]
             tables.append(("train_samples", samples_frame(batch, s)))
             written = [store.write_table(t, f, run_id=run_id, gen=gen, stage=stage) for t, f in tables]
@@ -394,6 +418,20 @@ def _weight_delta(model: Any, before: dict[str, Any]) -> tuple[float, float]:
     return moved**0.5, (moved / size) ** 0.5 if size else 0.0
 
 
+def threads_per_process(threads: int | None, local_processes: int) -> int | None:
+    """Torch threads of one of ``local_processes`` training processes on this machine: ``model.threads``
+    (None: the idle CPUs, :func:`spade_core.threads.auto_threads`) shared out, at least 1 each, so that two
+    processes on two cores do not run four spinning threads. One process keeps ``threads`` unchanged.
+
+    >>> threads_per_process(None, 1), threads_per_process(4, 2), threads_per_process(None, 2) >= 1
+    (None, 2, True)
+    """
+    if local_processes <= 1:
+        return threads
+    total = threads if threads is not None else auto_threads()
+    return max(1, total // local_processes)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``accelerate launch -m spade_core.train.step``."""
     parser = argparse.ArgumentParser(
@@ -408,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg = load_config(None, ns.config, [])
     if pick_device(cfg.model.device) == "cpu":
-        use_threads(cfg.model.threads)
+        use_threads(threads_per_process(cfg.model.threads, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     store = Store.from_config(cfg.store)
     summary = train_step(cfg, store, ns.run_id, ns.gen, ns.step)
     print(summary.line(), flush=True)

@@ -60,6 +60,7 @@ class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.kl_reference = self._load_reference() if self.settings.kl_coef > 0 else None
         self._policy_logps: Any = None
+        self._kl_totals: Any = None
 
     @property
     def behaviour_t(self) -> float:
@@ -126,13 +127,24 @@ class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         return train, train - behaviour_t
 
     def _log_tis(self, weights: Any, loss_mask: Any, clipped: Any) -> None:
+        """The weights' mean, clipped fraction and spread over the trained tokens of the whole step, all
+        processes' together (each process holds its share of the generation batch)."""
         mask = loss_mask.bool()
-        count = max(int(mask.sum().item()), 1)
-        self._metrics["train"]["tis/weight_mean"].append(float(weights[mask].sum().item()) / count)
-        fraction = 0.0 if clipped is None else float((clipped & mask).sum().item()) / count
+        values = self._gathered(weights[mask].float())
+        count = max(int(values.numel()), 1)
+        self._metrics["train"]["tis/weight_mean"].append(float(values.sum().item()) / count)
+        local = torch.zeros((), device=mask.device) if clipped is None else (clipped & mask).sum().float()
+        fraction = float(self.accelerator.reduce(local, reduction="sum").item()) / count
         self._metrics["train"]["tis/clipped_fraction"].append(fraction)
-        for name, value in weight_spread(weights, mask).items():  # per micro-batch; TRL logs their mean
+        for name, value in weight_spread(values, torch.ones_like(values, dtype=torch.bool)).items():
             self._metrics["train"][f"tis/{name}"].append(value)
+
+    def _gathered(self, values: Any) -> Any:
+        """The 1-D ``values`` of every process, concatenated (shares of different lengths padded with NaN for
+        the gather, the padding dropped after)."""
+        padded = self.accelerator.pad_across_processes(values, dim=0, pad_index=float("nan"))
+        every = self.accelerator.gather(padded)
+        return every[~torch.isnan(every)]
 
     # -- 3. the loss ------------------------------------------------------------------------------------
     def compute_loss(
@@ -179,8 +191,18 @@ class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         raise ValueError(f"training.loss_type {self.loss_type!r} has no KL aggregation")
 
     def _log_kl(self, kl: Any, mask: Any) -> None:
+        """Adds this micro-batch's KL sum and token count, all processes' together, to the step's totals:
+        the logged ``kl`` is their ratio (:meth:`log`), the token mean over the step whatever the micro-batches
+        and processes (a mean of per-micro-batch means would depend on how the rows were split)."""
         totals = self.accelerator.reduce(torch.stack([(kl * mask).sum(), mask.sum().float()]), reduction="sum")
-        self._metrics["train"]["kl"].append(float((totals[0] / totals[1].clamp(min=1.0)).item()))
+        self._kl_totals = totals.detach() if self._kl_totals is None else self._kl_totals + totals.detach()
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log, with ``kl`` the token mean over the step (:meth:`_log_kl`)."""
+        if self._kl_totals is not None and self.model is not None and self.model.training:
+            self._metrics["train"]["kl"] = [float((self._kl_totals[0] / self._kl_totals[1].clamp(min=1.0)).item())]
+            self._kl_totals = None
+        super().log(logs, start_time)
 
     # -- 4. the reference model -------------------------------------------------------------------------
     def _load_reference(self) -> Any:
