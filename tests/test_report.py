@@ -539,13 +539,14 @@ def test_learning_curve_section_has_the_per_step_table(rendered: tuple[Path, str
         "win rate (starter)",
     ]
     cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", curve)[1:]]
-    # step 3 (gen 2): designs win 3 of 4 each (9 of 12) plus an errored play counted as 0; replay and
-    # starter 2 of 4 each: (9 + 2 + 2) / (13 + 4 + 4) = 13 / 21; design 9 / 13
+    # step 3 (gen 2): designs win 3 of 4 each (9 of 12), and a play whose model call failed is counted among
+    # the plays and errors but left out of the rate; replay and starter 2 of 4 each: (9 + 2 + 2) / (12 + 4 + 4)
+    # = 13 / 20; design 9 / 12
     assert cells == [
-        ["0", "1", "21", "1", "0.190", "0.000", "0.500", "0.500"],
-        ["1", "1", "21", "1", "0.333", "0.231", "0.500", "0.500"],
-        ["2", "2", "21", "1", "0.476", "0.462", "0.500", "0.500"],
-        ["3", "2", "21", "1", "0.619", "0.692", "0.500", "0.500"],
+        ["0", "1", "21", "1", "0.200", "0.000", "0.500", "0.500"],
+        ["1", "1", "21", "1", "0.350", "0.250", "0.500", "0.500"],
+        ["2", "2", "21", "1", "0.500", "0.500", "0.500", "0.500"],
+        ["3", "2", "21", "1", "0.650", "0.750", "0.500", "0.500"],
     ]
     assert '<th class="text">steps per generation (K)</th><td class="text">2</td>' in _section(page, "run")
 
@@ -623,9 +624,9 @@ def test_fixed_environment_run_reports_its_pool_and_no_baseline(tmp_path: Path) 
     assert "fig-funnel" in page and "fig-win_rate" in page and "fig-evals" in page
     assert "no data yet" in _section(page, "designer-reward")  # a fixed pool: no reward stage, no designer reward
     assert "(code not stored)" in _section(page, "top-envs")  # this fixture's pool has no memory table
-    curve = _section(page, "learning-curve")  # a fixed pool: one source, 6 of 13 no-hint plays won per step
-    assert "win rate (fixed)" in curve and "win rate (design)" not in curve
-    assert re.search(r"<td[^>]*>0</td><td[^>]*>1</td><td[^>]*>13</td><td[^>]*>1</td><td[^>]*>0\.462</td>", curve)
+    curve = _section(page, "learning-curve")  # a fixed pool: one source, 6 of 12 no-hint plays won per step
+    assert "win rate (fixed)" in curve and "win rate (design)" not in curve  # (13 plays: one failed in the model)
+    assert re.search(r"<td[^>]*>0</td><td[^>]*>1</td><td[^>]*>13</td><td[^>]*>1</td><td[^>]*>0\.500</td>", curve)
 
 
 def test_learning_curve_numbers(tmp_path: Path) -> None:

@@ -23,8 +23,10 @@ Definitions (docs/DESIGN.md §7):
   whose reward stage has not run has no value (missing, never 0); one whose reward stage ran and
   rewarded nothing counts 0 designs.
 - **learning curve**: per global step ``s`` (``episodes.policy_step``: the checkpoint that played), the
-  no-hint win rate — the mean return of the run's no-hint plays at that step, a play with an ``error_type``
-  counting as return 0 (the rule of ``spade_core/method/scoring.py``) — overall, per skill, per pool source
+  no-hint win rate — the mean return of the run's no-hint plays at that step, a play the environment broke
+  or whose model call failed left out (``sandbox.outcome.LEFT_OUT_ERROR_TYPES``, the rule of
+  ``spade_core/method/scoring.py``; still counted under ``errors``), another ``error_type`` as return 0 —
+  overall, per skill, per pool source
   (``pool.source``: design, replay, starter, fixed) and per (skill, source). Skill and source come from the
   ``pool`` row of the play's environment in its generation ("unknown" without one). Hinted plays are left
   out, and so are plays no checkpoint of the run made (``policy_step`` −1: ``spade demo``, ``spade rollout``).

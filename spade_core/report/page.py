@@ -281,7 +281,8 @@ def _learning_curve(data: RunData, figures: Mapping[str, bytes | None]) -> str:
     k = data.steps_per_generation
     note = (
         '<p class="note">No-hint win rate per global step s (the checkpoint that played: episodes.policy_step) '
-        "= mean return of the no-hint plays of that step; a play that ended in an error counts as 0. Skill and "
+        "= mean return of the no-hint plays of that step; a play the environment broke or whose model call failed "
+        "is left out (it is counted under errors), a play that ended in another error counts as 0. Skill and "
         "pool source (design, replay, starter, fixed) come from the generation's pool table. Hinted plays and "
         "plays outside the run's steps (spade demo, spade rollout) are left out."
         + (f" A new generation, with a new pool, starts every K = {k} steps (dotted lines)." if k else "")
