@@ -17,8 +17,9 @@ import torch
 from safetensors.torch import load_file
 from test_train import GEN, RUN, S0, _far_checkpoint, _frames, _store_generation
 
-from spade_core.config import load_config
+from spade_core.config import ConfigError, load_config
 from spade_core.llm.hf import TransformersGenerator
+from spade_core.pipeline.run_config import bind_run_config, run_config_path
 from spade_core.resources import data_dir
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import model_path_for_checkpoint
@@ -235,10 +236,15 @@ def test_a_tiny_generation_trains_on_two_processes_and_plays_the_checkpoint_they
 def test_sharded_configs_are_refused_on_a_cpu(tmp_path: Path) -> None:
     """FSDP 2 itself runs on a CPU over gloo (torch's ``fully_shard`` on a "cpu" device mesh), but accelerate
     1.16 enables its FSDP plugin only for multi-accelerator types: on a CPU the step would run unsharded."""
+    store = Store(str(tmp_path))
     for name in ("fsdp-8gpu.yaml", "deepspeed-zero3-8gpu.yaml"):
         cfg = load_config("tiny", None, [f"store.root={tmp_path}", f"training.accelerate_config={name}"])
-        with pytest.raises(ValueError, match=rf"^training.accelerate_config {name}: sharded training .* needs GPUs"):
+        refused = rf"^training.accelerate_config {name}: sharded training .* needs GPUs"
+        with pytest.raises(ValueError, match=refused):
             accelerate_command(cfg, "c.yaml", RUN, 1, 0)
+        with pytest.raises(ConfigError, match=refused):  # at the run's start, before it writes anything
+            bind_run_config(store, "sharded", cfg)
+        assert not store.fs.exists(run_config_path(store, "sharded"))
 
 
 @pytest.mark.slow

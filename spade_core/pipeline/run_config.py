@@ -19,6 +19,7 @@ from spade_core.llm.context import check_token_budgets
 from spade_core.llm.run_template import check_run_template
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import artifact_hash, bound_settings
+from spade_core.train.launch import check_accelerate_config
 
 DEFAULT_PRESET = "tiny"
 
@@ -106,11 +107,13 @@ def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
         RunConfigMismatch: the run was started with settings that would change its artifacts; names the keys.
         ConfigError: a token budget exceeds the model's context window, the model's chat template cannot be
             rendered turn by turn (:func:`~spade_core.llm.run_template.check_run_template`), or
-            ``designer.fixed_pool`` names an RLVE environment that does not exist or cannot run in the jail
-            (nothing is written).
+            ``designer.fixed_pool`` names an RLVE environment that does not exist or cannot run in the jail,
+            or ``training.accelerate_config`` cannot launch here
+            (:func:`~spade_core.train.launch.check_accelerate_config`) (nothing is written).
     """
     check_token_budgets(cfg)
     check_run_template(cfg)
+    check_accelerate_config(cfg)
     if cfg.designer.fixed_pool and cfg.designer.fixed_pool.startswith("rlve:"):
         rlve.resolve(cfg.designer.fixed_pool)
     stored = load_run_config(store, run_id)

@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from spade_core.config import ConfigError
 from spade_core.devices import training_env
 from spade_core.resources import data_dir
 from spade_core.steps import global_step
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import read_marker
+from spade_core.train.grpo import trains_on_cpu
 
 ACCELERATE_DIR = data_dir("accelerate")
 
@@ -144,33 +146,52 @@ def unsharded_on_cpu(distributed_type: str, on_gpu: bool) -> str | None:
     )
 
 
-def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int, step: int) -> list[str]:
-    """The ``accelerate launch`` command line of one update (CPU: one process, no mixed precision)."""
-    launch = [sys.executable, "-m", "accelerate.commands.launch"]
+def launcher_args(cfg: Any) -> list[str]:
+    """The options of ``accelerate launch`` for the run's ``training.accelerate_config`` (none: one process,
+    on the CPU without mixed precision).
+
+    Raises:
+        FileNotFoundError: the named file does not exist.
+        ValueError: it shards the model (FSDP, DeepSpeed) and the update would run on the CPU.
+    """
+    on_gpu = not trains_on_cpu(cfg)
     acc = accelerate_config_path(cfg.training.accelerate_config)
-    if acc is not None:
-        launch += ["--config_file", str(acc)]
-        settings = accelerate_settings(acc)
-        processes = settings.num_processes
-        if cfg.orchestration.training_devices is not None:  # one process per training device
-            processes = len(cfg.orchestration.training_devices)
-            launch += ["--num_processes", str(processes)]
-        if needs_torchrun(settings.distributed_type, processes, getattr(settings, "mpirun_hostfile", None)):
-            launch += ["--multi_gpu"]
-        import torch
+    if acc is None:
+        args = ["--num_processes", "1", "--num_machines", "1", "--dynamo_backend", "no"]
+        args += ["--mixed_precision", "bf16" if on_gpu and cfg.training.bf16 else "no"]
+        return args if on_gpu else [*args, "--cpu"]
+    args = ["--config_file", str(acc)]
+    settings = accelerate_settings(acc)
+    processes = settings.num_processes
+    if cfg.orchestration.training_devices is not None:  # one process per training device
+        processes = len(cfg.orchestration.training_devices)
+        args += ["--num_processes", str(processes)]
+    if needs_torchrun(settings.distributed_type, processes, getattr(settings, "mpirun_hostfile", None)):
+        args += ["--multi_gpu"]
+    reason = unsharded_on_cpu(settings.distributed_type, on_gpu and not settings.use_cpu)
+    if reason is not None:
+        raise ValueError(f"training.accelerate_config {acc.name}: {reason}")
+    return args
 
-        on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available() and not settings.use_cpu
-        reason = unsharded_on_cpu(settings.distributed_type, on_gpu)
-        if reason is not None:
-            raise ValueError(f"training.accelerate_config {acc.name}: {reason}")
-    else:
-        import torch
 
-        on_gpu = cfg.model.device != "cpu" and torch.cuda.is_available()
-        launch += ["--num_processes", "1", "--num_machines", "1", "--dynamo_backend", "no"]
-        launch += ["--mixed_precision", "bf16" if on_gpu and cfg.training.bf16 else "no"]
-        if not on_gpu:
-            launch += ["--cpu"]
+def check_accelerate_config(cfg: Any) -> None:
+    """At the start of a run that trains: the launch options of ``training.accelerate_config`` can be made
+    (:func:`launcher_args`), so a missing file or a sharded config on a CPU stops the run before it writes,
+    not at its first update.
+
+    Raises:
+        ConfigError: one line naming the setting.
+    """
+    if cfg.training.enabled and cfg.training.accelerate_config is not None:
+        try:
+            launcher_args(cfg)
+        except (FileNotFoundError, ValueError) as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def accelerate_command(cfg: Any, config_file: str, run_id: str, gen: int, step: int) -> list[str]:
+    """The ``accelerate launch`` command line of one update (:func:`launcher_args`)."""
+    launch = [sys.executable, "-m", "accelerate.commands.launch", *launcher_args(cfg)]
     args = ["--run-id", run_id, "--gen", str(gen), "--step", str(step), "--config", config_file]
     return [*launch, "-m", "spade_core.train.step", *args]
 
