@@ -156,16 +156,17 @@ def behaviour_at_temperature(stored: Any, trainer_at_one: Any, trainer_at_t: Any
     return trainer_at_t + mismatch / temperature
 
 
-def weight_spread(weights: Any, mask: Any) -> dict[str, float]:
-    """Summary of the TIS weights of the trained tokens (``mask``): min, 10th / 50th / 90th percentile, max.
+def weight_spread(values: Any) -> dict[str, float]:
+    """Summary of the TIS weights of the trained tokens (``values``, 1-D): min, 10th / 50th / 90th percentile,
+    max.
 
     >>> import torch
-    >>> weight_spread(torch.tensor([[0.5, 1.0, 2.0], [9.0, 1.0, 1.0]]), torch.tensor([[1, 1, 1], [0, 1, 1]]))
+    >>> weight_spread(torch.tensor([0.5, 1.0, 2.0, 1.0, 1.0]))
     {'weight_min': 0.5, 'weight_p10': 0.7, 'weight_p50': 1.0, 'weight_p90': 1.6, 'weight_max': 2.0}
     """
     import torch
 
-    values = weights[mask.bool()].float()
+    values = values.float()
     if values.numel() == 0:
         return {}
     q = torch.quantile(values, torch.tensor([0.1, 0.5, 0.9], dtype=values.dtype, device=values.device)).tolist()

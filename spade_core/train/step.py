@@ -19,8 +19,8 @@ loss TRL logs is the joint loss of the step; reward statistics are per role.
 from __future__ import annotations
 
 import argparse
-import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -190,31 +190,18 @@ def _recorder() -> Any:
     return StepRecorder()
 
 
-def reward_stats(rewards: list[float]) -> tuple[float, float]:
-    """(mean, population standard deviation) of a role's rewards.
-
-    The per-role reward statistics of ``train_metrics`` are taken from the batch, not from TRL's logged
-    ``log_metric`` values: TRL averages those per-process means unweighted across processes
-    (``GRPOTrainer._calculate_rewards``), so with two processes holding different shares of a role they
-    would differ from one process's, and they would count the zero-mask padding rows.
-
-    >>> reward_stats([0.0, 1.0, 1.0, 0.0])
-    (0.5, 0.5)
-    """
-    mean = sum(rewards) / len(rewards)
-    return mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-
-
-def _metrics_frame(recorder: Any, batch: Batch, step: int, processes: int = 1) -> pd.DataFrame:
+def _metrics_frame(recorder: Any, batch: Batch, step: int, processes: int) -> pd.DataFrame:
     """``train_metrics`` rows of the optimizer step: one row per role in the batch (the loss is the joint one),
     with the number of training processes."""
     rows = []
     for log in recorder.logs:
         for role in (AGENT, DESIGNER):
+            # The role's reward statistics come from the batch, not from TRL's logged values: TRL averages
+            # per-process means unweighted across processes (GRPOTrainer._calculate_rewards) and would count
+            # the zero-mask padding rows, so two processes would log other values than one.
             rewards = [s.reward for s in batch.samples(role)]
             if not rewards:
                 continue
-            mean, std = reward_stats(rewards)
             clip = log.get("clip_ratio/region_mean")
             rows.append(
                 {
@@ -222,8 +209,8 @@ def _metrics_frame(recorder: Any, batch: Batch, step: int, processes: int = 1) -
                     "step": step,
                     "loss": float(log["loss"]),
                     "grad_norm": _maybe(log.get("grad_norm")),
-                    "reward_mean": mean,
-                    "reward_std": std,
+                    "reward_mean": statistics.fmean(rewards),
+                    "reward_std": statistics.pstdev(rewards),
                     "kl": _maybe(log.get("kl")),
                     "clip_fraction": _maybe(clip),
                     "tokens": sum(s.trained_tokens for s in batch.samples(role)),

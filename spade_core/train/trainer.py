@@ -136,7 +136,7 @@ class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         local = torch.zeros((), device=mask.device) if clipped is None else (clipped & mask).sum().float()
         fraction = float(self.accelerator.reduce(local, reduction="sum").item()) / count
         self._metrics["train"]["tis/clipped_fraction"].append(fraction)
-        for name, value in weight_spread(values, torch.ones_like(values, dtype=torch.bool)).items():
+        for name, value in weight_spread(values).items():
             self._metrics["train"][f"tis/{name}"].append(value)
 
     def _gathered(self, values: Any) -> Any:
