@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -167,6 +168,7 @@ class VLLMGenerator:
         self.server: ServerProcess | None = None
         self._tmp: Path | None = None  # the running server's temporary files
         self._views: dict[str, str] = {}  # checkpoint -> the untied view the engine loads for it (on a CPU)
+        self._views_dir = engine_views_dir()  # this engine's own: another engine may serve the same checkpoint
         self.model_path = resolve_model(model_cfg.name_or_path)
         self.model_ref = f"vllm:{Path(self.model_path).name}"
         self.tokenizer = load_tokenizer(self.model_path)
@@ -236,7 +238,7 @@ class VLLMGenerator:
             return model_path
         if model_path in self._views and Path(self._views[model_path]).is_dir():
             return self._views[model_path]
-        view = untied_view(model_path, cache_dir() / "vllm" / "views")
+        view = untied_view(model_path, self._views_dir)
         if view is None:
             return model_path
         self._views[model_path] = view
@@ -473,7 +475,25 @@ class VLLMGenerator:
     def close(self) -> None:
         self._stop()
         self._drop_views()
+        shutil.rmtree(self._views_dir, ignore_errors=True)
         atexit.unregister(self.close)
+
+
+_ENGINES = itertools.count()
+
+
+def engine_views_dir() -> Path:
+    """A directory of untied views for one engine of this process, ``<cache>/vllm/views/<pid>-<n>``. Views are
+    per engine, not per checkpoint: two engines serving one checkpoint (two test workers, two flows' tasks)
+    would otherwise write and delete one view under each other, and an engine started on a deleted view
+    fails (``HFValidationError``: vLLM takes the missing path for a hub id). The directories of processes that
+    are gone (killed before their engine closed) are removed here."""
+    root = cache_dir() / "vllm" / "views"
+    for old in root.glob("*-*") if root.is_dir() else []:
+        pid = old.name.split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(old, ignore_errors=True)
+    return root / f"{os.getpid()}-{next(_ENGINES)}"
 
 
 def ties_embeddings(model_path: str) -> bool:
