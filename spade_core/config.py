@@ -154,6 +154,38 @@ class ModelConfig(_Section):
         description="backend=vllm on a CPU: the engine's KV cache in whole GiB (VLLM_CPU_KVCACHE_SPACE); 1 GiB "
         "holds ~45k tokens of the 135M model in bf16.",
     )
+    max_model_len: int | None = Field(
+        None,
+        gt=0,
+        le=TOKEN_LIMIT,
+        description="backend=vllm: the engine's context length (--max-model-len; None = the model's window).",
+    )
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="backend=vllm on GPUs: GPUs per engine replica (--tensor-parallel-size); a replica's share of "
+        "orchestration.generation_devices must hold it.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="backend=vllm on GPUs: the share of each GPU's memory the engine takes (None = vLLM's 0.9).",
+    )
+    reload_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=86400,
+        description="backend=vllm: seconds a weight reload, a sleep or a wake may take (a large model's reload "
+        "outlasts a request's timeout); one that fails restarts the engine on the checkpoint.",
+    )
+    engine_sleep: bool | None = Field(
+        None,
+        description="backend=vllm: at the trainer's turn on a shared device the engine sleeps (level 1: weights to "
+        "host memory, KV cache freed; --enable-sleep-mode) and wakes after, instead of a restart; None = on a GPU "
+        "only (vLLM's CPU build has no sleep mode: there the engine is stopped and started again).",
+    )
     engine_eager: bool | None = Field(
         None,
         description="backend=vllm: run without CUDA graphs / torch.compile (--enforce-eager); None = on a CPU "
@@ -809,6 +841,20 @@ class OrchestrationConfig(_Section):
     training_devices: list[int] | None = Field(
         None, description="CUDA devices of the trainer (None = all visible; shared with generation)."
     )
+    engine_replicas: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="backend=vllm: data-parallel engine replicas of the run's engine service; generation_devices "
+        "are split evenly among them (on a CPU each replica is bound to its own core). A request goes to the "
+        "least-loaded replica, an episode's turns to the one that served its first.",
+    )
+    engine_address: str | None = Field(
+        None,
+        description="backend=vllm: host:port the run's engine service listens on, for workers on other machines "
+        "(its API key from $SPADE_ENGINE_KEY, set alike on the run's machine and the workers); None = loopback "
+        "on a free port, found by the run's local worker processes.",
+    )
     generator_during_update: Literal["auto", "kept", "released"] = Field(
         "auto",
         description="What the generator does while the trainer (or the evaluator) runs: 'released' = closed, "
@@ -884,6 +930,20 @@ class SpadeConfig(_Section):
                 f"scoring.parent_copy_raw {self.scoring.parent_copy_raw} needs designer.mode mutate or parameters "
                 f"(got {self.designer.mode!r}): only a mutation has a parent to copy"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _replicas_fit_the_devices(self) -> SpadeConfig:
+        devices, replicas = self.orchestration.generation_devices, self.orchestration.engine_replicas
+        tp = self.model.tensor_parallel_size
+        if devices is not None and (len(devices) % replicas or len(devices) // replicas < tp):
+            raise ValueError(
+                f"orchestration.generation_devices {devices} cannot be split into engine_replicas {replicas} of "
+                f"model.tensor_parallel_size {tp} GPUs each: list replicas x tensor_parallel_size devices"
+            )
+        address = self.orchestration.engine_address
+        if address is not None and (":" not in address or not address.rsplit(":", 1)[1].isdigit()):
+            raise ValueError(f"orchestration.engine_address {address!r} must be host:port (e.g. 10.0.0.5:8765)")
         return self
 
     def config_hash(self) -> str:

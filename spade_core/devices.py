@@ -52,3 +52,10 @@ def in_process_device(device: str, devices: list[int] | None) -> str:
     ('cuda:2', 'cuda', 'cpu')
     """
     return f"cuda:{devices[0]}" if devices and device == "cuda" else device
+
+
+def visible_gpu_count() -> int:
+    """How many GPUs this process sees (0 without CUDA)."""
+    import torch  # only where GPUs are counted
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

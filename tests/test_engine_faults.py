@@ -12,10 +12,8 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -75,8 +73,7 @@ def engine_core(engine: VLLMGenerator) -> int:
 def generated_tokens(engine: VLLMGenerator) -> float:
     """The engine's count of generated tokens so far (its Prometheus ``/metrics``)."""
     assert engine.server is not None
-    with urllib.request.urlopen(f"{engine.server.base_url}/metrics", timeout=10) as response:
-        text = response.read().decode()
+    text = engine.server.request("GET", "/metrics", timeout_s=10, raw=True)
     found = re.findall(r"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", text, re.MULTILINE)
     return sum(float(x) for x in found)
 
@@ -180,15 +177,14 @@ def test_a_rollout_whose_engine_core_is_killed_keeps_its_failed_plays_out_of_tra
 
 
 def test_a_restart_that_cannot_start_fails_the_requests_as_data_and_is_tried_once(
-    engine: VLLMGenerator, monkeypatch: pytest.MonkeyPatch
+    engine: VLLMGenerator, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # The module's last test: the engine stays down. The replacement is handed a port another socket listens
-    # on (as when a port is taken between free_port and the bind): vLLM exits during its start.
+    # The module's last test: the engine stays down. The replacement is handed a socket directory whose path
+    # is too long for a Unix socket (as when it cannot bind): vLLM exits during its start.
     fresh_window(engine)
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    monkeypatch.setattr("spade_core.llm.vllm_server.free_port", lambda: taken.getsockname()[1])
+    unbindable = tmp_path / ("d" * 120)
+    unbindable.mkdir()
+    monkeypatch.setattr("spade_core.llm.vllm_server.engine_socket_dir", lambda: unbindable)
     starts: list[str] = []
     real_start = engine._start
 
@@ -198,15 +194,10 @@ def test_a_restart_that_cannot_start_fails_the_requests_as_data_and_is_tried_onc
 
     monkeypatch.setattr(engine, "_start", counted_start)
     group, swaps, restarts = engine.server.proc.pid, len(engine.swaps), engine.restarts  # type: ignore[union-attr]
-    try:
-        out, _ = batch_with_fault(engine, lambda e: os.kill(engine_core(e), signal.SIGKILL), size=16)
-        with ThreadPoolExecutor(max_workers=8) as pool:  # more callers at once, each with its own batch
-            more = list(
-                pool.map(lambda s: engine.generate([GenerationRequest(messages=STORY, seed=s)], GREEDY), range(8))
-            )
-        (late,) = engine.generate([GenerationRequest(messages=STORY)], GREEDY)
-    finally:
-        taken.close()
+    out, _ = batch_with_fault(engine, lambda e: os.kill(engine_core(e), signal.SIGKILL), size=16)
+    with ThreadPoolExecutor(max_workers=8) as pool:  # more callers at once, each with its own batch
+        more = list(pool.map(lambda s: engine.generate([GenerationRequest(messages=STORY, seed=s)], GREEDY), range(8)))
+    (late,) = engine.generate([GenerationRequest(messages=STORY)], GREEDY)
     errors = [c.error for c in out + [c for batch in more for c in batch] + [late]]
     print(f"\nfailed restart: errors {set(errors)}; swap {engine.swaps[swaps:]}")
     assert good_or_failed(out) and all("the restart failed" in (e or "") for e in errors[16:]), errors

@@ -18,8 +18,8 @@ from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import GenerationRequest, ModelError, SamplingParams
 from spade_core.llm.embedded import cache_dir
+from spade_core.llm.server_process import HTTPStatusError, UnixHTTPConnection, http_request
 from spade_core.llm.vllm_server import VLLMGenerator, engine_python
-from spade_core.pipeline.leases import ModelPool
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
@@ -72,6 +72,12 @@ def test_the_engine_starts_healthy_and_serves_token_ids_with_logprobs(engine: VL
     assert len(out.logprobs) == len(out.token_ids) and all(x <= 0 for x in out.logprobs)
     assert out.text == engine.tokenizer.decode(out.token_ids, skip_special_tokens=True)
     assert out.prompt_tokens == len(engine.prompt_ids(GenerationRequest(messages=ASK)))
+    # It listens on a Unix socket in a directory of its own (mode 0700) and takes its API key; no TCP port.
+    socket_path = engine.server.socket_path
+    assert socket_path is not None and engine.server.port is None
+    with pytest.raises(HTTPStatusError) as refused:
+        http_request(UnixHTTPConnection(socket_path, 30), "POST", "/v1/completions", {"model": "spade", "prompt": [1]})
+    assert refused.value.code == 401
 
 
 def test_a_missing_engine_is_one_line_naming_the_make_target(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,23 +201,6 @@ def test_a_tied_checkpoint_is_served_as_an_untied_view_that_answers_alike(tiny_m
     assert (Path(view) / "model.safetensors").is_symlink()  # nothing but the head is copied
 
 
-def test_the_lease_hands_the_next_checkpoint_to_the_idle_server(
-    engine: VLLMGenerator, tiny_model_dir: str, moved_model: str
-) -> None:
-    # The engine serves moved_model since the test above; lent under the base model's settings, it is the
-    # idle server whose settings differ only in the checkpoint, so the lease for moved_model takes it (and
-    # load_checkpoint finds that checkpoint already there: no swap, no second engine).
-    moved, base = model_cfg(moved_model), model_cfg(tiny_model_dir)
-    assert engine.model_path == moved_model
-    models = ModelPool()
-    models.adopt(base, engine)
-    swaps = len(engine.swaps)
-    with models.leased(moved, one_at_a_time=False) as served:
-        assert served is engine and len(engine.swaps) == swaps
-    assert models.loaded() == [moved.model_dump_json()]
-    assert models.release(wait=False, keep_reloadable=True) == 0  # kept for the next checkpoint
-
-
 def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMGenerator) -> None:
     assert engine.server is not None and engine.server.proc is not None
     os.killpg(engine.server.proc.pid, signal.SIGKILL)
@@ -222,20 +211,21 @@ def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMG
     assert engine.restarts == restarts + 1 and engine.swaps[-1].method == "restart"
 
 
-def test_the_trainers_turn_closes_the_engine_and_leaves_no_process_behind(engine: VLLMGenerator) -> None:
+def test_the_trainers_turn_stops_the_cpu_engine_and_closing_leaves_nothing_behind(engine: VLLMGenerator) -> None:
     # The module's last test. With orchestration.generator_during_update: released the flow holds a device turn
-    # around the update (on a CPU too): the pool closes its idle engine, which takes its whole process group,
-    # temporary files and model views with it, and loads none until the update is done.
-    assert engine.server is not None and engine.server.proc is not None
+    # around the update (on a CPU too): a CPU engine has no sleep mode, so it is stopped — its whole process
+    # group, its temporary files and its socket directory — and closing it removes its model views as well.
+    assert engine.server is not None and engine.server.proc is not None and not engine.sleeps
     group, tmp, views = engine.server.proc.pid, engine._tmp, [Path(v) for v in engine._views.values()]
+    sockets = engine._sockets
     assert tmp is not None and tmp.is_dir() and tmp.is_relative_to(cache_dir())  # the engine's files stay there
+    assert sockets is not None and oct(sockets.stat().st_mode & 0o777) == "0o700"  # this user's alone
     assert views and all(v.is_dir() and v.is_relative_to(cache_dir()) for v in views)  # the tied model's view
     assert load_config("tiny", overrides=["orchestration.generator_during_update=released"]).orchestration.takes_turns(
         "cpu"
     )
-    models = ModelPool()
-    models.adopt(model_cfg(engine.model_path), engine)
-    with models.device_turn(shared=True):
-        assert models.loaded() == []
-        left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
-        assert left == [] and not tmp.exists() and not any(v.exists() for v in views)
+    assert engine.sleep() == "stopped"
+    left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
+    assert left == [] and not tmp.exists() and not sockets.exists()
+    engine.close()
+    assert not any(v.exists() for v in views)

@@ -28,6 +28,7 @@ the weights only, never on the rest of the batch or on other threads drawing fro
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +67,12 @@ def pick_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
+_TOKENIZER_IMPORT = threading.Lock()  # transformers' lazy module is not safe to import from two threads at once
+
+
 def load_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
+    with _TOKENIZER_IMPORT:  # engine replicas start in threads of their own
+        from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:

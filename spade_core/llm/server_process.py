@@ -1,6 +1,11 @@
-"""One supervised server process on loopback: started in its own process group with its log in the cache
-dir, healthy once ``GET /health`` answers, stopped with SIGTERM then SIGKILL (the whole group, so no engine
-worker is left behind). A guard leads the group and takes it down if this process dies without stopping it.
+"""One supervised server process on loopback or on a Unix socket: started in its own process group with its
+log in the cache dir, healthy once ``GET /health`` answers, stopped with SIGTERM then SIGKILL (the whole
+group, so no engine worker is left behind). A guard leads the group and takes it down if this process dies
+without stopping it.
+
+A server on a Unix socket (``socket_path``, in a directory only this user may enter) can be reached by this
+user alone, every endpoint included; :meth:`ServerProcess.request` speaks HTTP over either, with the server's
+API key when it has one.
 
 Startup fails with one line — the log's last line — when the process exits or the wait times out.
 """
@@ -8,6 +13,8 @@ Startup fails with one line — the log's last line — when the process exits o
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import shutil
 import signal
@@ -15,8 +22,8 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
+from pathlib import Path
+from typing import Any
 
 from spade_core.llm.base import ModelError
 from spade_core.llm.embedded import cache_dir
@@ -42,29 +49,109 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class HTTPStatusError(Exception):
+    """A server answered with an error status: ``code`` and the start of its body."""
+
+    def __init__(self, code: int, body: str) -> None:
+        super().__init__(f"HTTP {code}: {body[:300]}")
+        self.code, self.body = code, body
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the Unix socket at ``path``."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def http_request(
+    connection: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    body: Any = None,
+    key: str | None = None,
+    raw: bool = False,
+) -> Any:
+    """``method path`` with a JSON ``body`` over ``connection`` (closed after): the decoded JSON answer (its
+    text when ``raw``).
+
+    Raises:
+        HTTPStatusError: the answer's status is 400 or more.
+        OSError: the server could not be reached or broke the connection (a timeout is ``TimeoutError``).
+        ValueError: the answer is not JSON.
+    """
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else b""
+    try:
+        connection.request(method, path, body=data if method != "GET" else None, headers=headers)
+        response = connection.getresponse()
+        text = response.read().decode(errors="replace")
+    except http.client.HTTPException as exc:  # a broken answer: as a lost connection
+        raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        connection.close()
+    if response.status >= 400:
+        raise HTTPStatusError(response.status, text)
+    return text if raw else json.loads(text or "null")
+
+
 class ServerProcess:
-    """One supervised OpenAI-compatible server process on loopback."""
+    """One supervised OpenAI-compatible server process on loopback (``port``) or on a Unix socket
+    (``socket_path``); ``api_key``: what its requests send as their bearer token."""
 
     def __init__(
-        self, command: list[str], port: int, startup_timeout_s: float = 600.0, env: dict[str, str] | None = None
+        self,
+        command: list[str],
+        port: int | None,
+        startup_timeout_s: float = 600.0,
+        env: dict[str, str] | None = None,
+        socket_path: str | None = None,
+        api_key: str | None = None,
     ) -> None:
+        if port is None and socket_path is None:
+            raise ValueError("a server needs a port or a socket path")
         self.command = command
         self.port = port
+        self.socket_path = socket_path
+        self.api_key = api_key
         self.startup_timeout_s = startup_timeout_s
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = cache_dir() / "servers" / f"server-{port}.log"
+        name = f"server-{port}" if socket_path is None else f"server-{Path(socket_path).parent.name}"
+        self.log_path = cache_dir() / "servers" / f"{name}.log"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where the server listens: ``http://127.0.0.1:PORT`` or ``unix:PATH``."""
+        return f"unix:{self.socket_path}" if self.socket_path else f"http://127.0.0.1:{self.port}"
+
+    def request(self, method: str, path: str, body: Any = None, timeout_s: float = 60.0, raw: bool = False) -> Any:
+        """One request to the server (see :func:`http_request` for what it returns and raises)."""
+        if self.socket_path is not None:
+            connection: http.client.HTTPConnection = UnixHTTPConnection(self.socket_path, timeout_s)
+        else:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
+        return http_request(connection, method, path, body, self.api_key, raw)
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as resp:
-                return 200 <= resp.status < 300
-        except (urllib.error.URLError, OSError):
+            self.request("GET", "/health", timeout_s=2)
+        except (HTTPStatusError, OSError, ValueError):
             return False
+        return True
 
     def log_tail(self, lines: int = 1) -> str:
         """The log's last line — or its last line that names an error, which a traceback's tail may not."""

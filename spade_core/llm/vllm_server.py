@@ -40,12 +40,12 @@ import itertools
 import json
 import math
 import os
+import secrets
 import shutil
 import sys
+import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +56,7 @@ from spade_core.llm.base import Completion, GenerationRequest, ModelError, Sampl
 from spade_core.llm.chat_tokens import ChatTokens, template_kwargs
 from spade_core.llm.embedded import cache_dir, resolve_model
 from spade_core.llm.hf import load_tokenizer, pick_device
-from spade_core.llm.server_process import ServerProcess, free_port
+from spade_core.llm.server_process import HTTPStatusError, ServerProcess, free_port
 from spade_core.llm.untied import untied_view
 
 SERVED_NAME = "spade"  # the name requests use, whichever checkpoint is loaded
@@ -68,10 +68,8 @@ VLLM_COMMAND = (
     "{model}",
     "--served-model-name",
     SERVED_NAME,
-    "--host",
-    "{host}",
-    "--port",
-    "{port}",
+    "--uds",
+    "{socket}",
     "--dtype",
     "{dtype}",
     "--seed",
@@ -130,6 +128,44 @@ def engine_env(model_cfg: Any, on_cpu: bool, tmp: Path) -> dict[str, str]:
     return env
 
 
+def engine_options(model_cfg: Any, on_cpu: bool, command: list[str]) -> list[str]:
+    """The engine's size settings as options, each unless the command sets it already: the context length
+    (``model.max_model_len``) anywhere; on a GPU the tensor-parallel size, the memory share and sleep mode
+    (which the trainer's turn uses instead of a restart: :func:`engine_sleeps`). vLLM's CPU build has no
+    sleep mode, and a CPU replica is one process bound to its cores.
+
+    >>> from spade_core.config import ModelConfig
+    >>> cfg = ModelConfig(tensor_parallel_size=2, gpu_memory_utilization=0.5, max_model_len=4096)
+    >>> engine_options(cfg, False, [])
+    ['--max-model-len', '4096', '--tensor-parallel-size', '2', '--gpu-memory-utilization', '0.5', '--enable-sleep-mode']
+    >>> engine_options(cfg, True, []), engine_options(ModelConfig(), False, ["--enable-sleep-mode"])
+    (['--max-model-len', '4096'], [])
+    """
+    wanted: list[tuple[str, Any]] = [("--max-model-len", model_cfg.max_model_len)]
+    if not on_cpu:
+        wanted += [
+            ("--tensor-parallel-size", model_cfg.tensor_parallel_size if model_cfg.tensor_parallel_size > 1 else None),
+            ("--gpu-memory-utilization", model_cfg.gpu_memory_utilization),
+        ]
+    wanted.append(("--enable-sleep-mode", True if engine_sleeps(model_cfg, on_cpu) else None))
+    options: list[str] = []
+    for flag, value in wanted:
+        if value is None or any(part.split("=")[0] == flag for part in command):
+            continue
+        options += [flag] if value is True else [flag, str(value)]
+    return options
+
+
+def engine_sleeps(model_cfg: Any, on_cpu: bool) -> bool:
+    """Whether the engine sleeps at the trainer's turn (``model.engine_sleep``; None: on a GPU only).
+
+    >>> from spade_core.config import ModelConfig
+    >>> engine_sleeps(ModelConfig(), False), engine_sleeps(ModelConfig(), True)
+    (True, False)
+    """
+    return (not on_cpu) if model_cfg.engine_sleep is None else bool(model_cfg.engine_sleep)
+
+
 @dataclass(frozen=True)
 class WeightSwap:
     """How a checkpoint got into the engine: ``reload`` (in place), ``restart`` (a reload failed, the server
@@ -140,9 +176,11 @@ class WeightSwap:
     seconds: float
     path: str
     error: str | None = None  # why a restart happened: a reload that failed, a dead or hung engine
+    replica: int | None = None  # which replica of the run's engine service (None: an engine of its own)
 
     def as_info(self) -> dict[str, Any]:
-        return {"method": self.method, "seconds": round(self.seconds, 3), "error": self.error}
+        info = {"method": self.method, "seconds": round(self.seconds, 3), "error": self.error}
+        return info if self.replica is None else {**info, "replica": self.replica}
 
 
 class VLLMGenerator:
@@ -157,16 +195,26 @@ class VLLMGenerator:
         server_command: list[str] | None = None,
         startup_timeout_s: float = 600.0,
         devices: list[int] | None = None,
+        cpu_cores: str | None = None,
     ) -> None:
-        """``devices``: the GPUs the server sees (``orchestration.generation_devices``), set in its environment."""
+        """``devices``: the GPUs the server sees (``orchestration.generation_devices``), set in its environment;
+        ``cpu_cores``: on a CPU, the cores its model threads are bound to (``VLLM_CPU_OMP_THREADS_BIND``: one
+        replica of several; None = vLLM's own choice)."""
         self.cfg = model_cfg
         self.template = list(server_command or model_cfg.server_command or VLLM_COMMAND)
         self.python = engine_python() if "{python}" in self.template else ""
         self.on_cpu = pick_device(model_cfg.device) == "cpu"
         self.startup_timeout_s = startup_timeout_s
         self.devices = devices
+        self.cpu_cores = cpu_cores
+        # The engine listens on a Unix socket in a directory of its own that only this user may enter: its
+        # dev-mode endpoints (reload, sleep) are not guarded by vLLM's API key, which it takes all the same.
+        self.api_key = secrets.token_urlsafe(24)
+        self.sleeps = engine_sleeps(model_cfg, self.on_cpu)  # the trainer's turn: sleep (level 1), not a stop
+        self.asleep = False
         self.server: ServerProcess | None = None
         self._tmp: Path | None = None  # the running server's temporary files
+        self._sockets: Path | None = None  # the running server's socket directory (mode 0700)
         self._views: dict[str, str] = {}  # checkpoint -> the untied view the engine loads for it (on a CPU)
         self._views_dir = engine_views_dir()  # this engine's own: another engine may serve the same checkpoint
         self.model_path = resolve_model(model_cfg.name_or_path)
@@ -185,16 +233,18 @@ class VLLMGenerator:
         atexit.register(self.close)
 
     # -- the server --------------------------------------------------------------------------------------
-    def _command(self, model_path: str, port: int) -> list[str]:
+    def _command(self, model_path: str, port: int | None, socket_path: str | None = None) -> list[str]:
         values = {
             "python": self.python,
             "model": model_path,
             "host": "127.0.0.1",
             "port": str(port),
+            "socket": str(socket_path),
             "dtype": self.cfg.dtype,
             "seed": "0",
         }
         command = [part.format(**values) for part in self.template]
+        command += engine_options(self.cfg, self.on_cpu, command)
         eager = self.on_cpu if self.cfg.engine_eager is None else self.cfg.engine_eager
         if eager and "--enforce-eager" not in command:
             # On this CPU the compiled graph's cache fails to load: every start recompiled (2-3 min vs 30-60 s).
@@ -214,14 +264,21 @@ class VLLMGenerator:
         """
         started = time.perf_counter()
         self._stop(grace_s)
-        port = free_port()
-        self._tmp = cache_dir() / "vllm" / "tmp" / f"server-{port}"
+        on_socket = any("{socket}" in part for part in self.template)
+        port = None if on_socket else free_port()
+        self._sockets = engine_socket_dir() if on_socket else None
+        socket_path = str(self._sockets / "engine.sock") if self._sockets else None
+        self._tmp = cache_dir() / "vllm" / "tmp" / f"server-{port or self._sockets.name}"  # type: ignore[union-attr]
         env = {**engine_env(self.cfg, self.on_cpu, self._tmp), **subprocess_env(self.devices)}
-        command = self._command(self._served(model_path), port)
-        self.server = ServerProcess(command, port, self.startup_timeout_s, env=env)
+        env["VLLM_API_KEY"] = self.api_key  # in the environment, not the command line any user's ps shows
+        if self.cpu_cores is not None and self.on_cpu:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_cores
+        command = self._command(self._served(model_path), port, socket_path)
+        self.server = ServerProcess(command, port, self.startup_timeout_s, env, socket_path, self.api_key)
         self.server.start()
         self._generation += 1
         self._down = None
+        self.asleep = False
         self._set_model(model_path)
         self.swaps.append(WeightSwap(method, time.perf_counter() - started, model_path, error))
 
@@ -249,14 +306,10 @@ class VLLMGenerator:
             shutil.rmtree(self._views.pop(path), ignore_errors=True)
 
     def _post(self, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
-        assert self.server is not None
-        data = json.dumps(body).encode() if body is not None else b""
-        request = urllib.request.Request(
-            f"{self.server.base_url}{path}", data=data, headers={"Content-Type": "application/json"}, method="POST"
-        )
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            text = response.read().decode() or "null"
-        return json.loads(text)
+        server = self.server
+        if server is None:
+            raise ConnectionError("the server is not running")
+        return server.request("POST", path, body, timeout_s)
 
     def reload(self, model_path: str) -> None:
         """Load the weights of ``model_path`` into the running engine and drop its prefix cache (the cached
@@ -269,12 +322,37 @@ class VLLMGenerator:
             self._post(
                 "/collective_rpc",
                 {"method": "reload_weights", "kwargs": {"weights_path": self._served(model_path)}},
-                self.cfg.request_timeout_s,
+                self.cfg.reload_timeout_s,
             )
             self._post("/reset_prefix_cache", None, 60.0)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            detail = exc.read().decode(errors="replace")[:200] if isinstance(exc, urllib.error.HTTPError) else ""
-            raise ModelError(f"reload of {model_path!r} failed: {exc} {detail}".strip()) from None
+        except (HTTPStatusError, OSError, ValueError) as exc:
+            raise ModelError(f"reload of {model_path!r} failed: {str(exc)[:300]}") from None
+
+    def sleep(self) -> str:
+        """Give the device to the trainer. With sleep mode (a GPU) the engine sleeps at level 1 — its weights
+        to host memory, its KV cache freed — and :meth:`wake` takes it back in seconds; without (a CPU), or
+        when sleeping fails, the server is stopped and the next :meth:`load_checkpoint` starts it. Returns
+        ``slept`` or ``stopped``."""
+        if self.sleeps and self.server is not None and self.server.running:
+            try:
+                self._post("/sleep?level=1", None, self.cfg.reload_timeout_s)
+                self.asleep = True
+                return "slept"
+            except (HTTPStatusError, OSError, ValueError):
+                pass
+        self._stop()
+        return "stopped"
+
+    def wake(self) -> None:
+        """Wake a sleeping engine (its weights as before it slept: a new checkpoint is reloaded after). A wake
+        that fails stops the server: the next :meth:`load_checkpoint` starts it."""
+        if not self.asleep:
+            return
+        self.asleep = False
+        try:
+            self._post("/wake_up", None, self.cfg.reload_timeout_s)
+        except (HTTPStatusError, OSError, ValueError):
+            self._stop()
 
     def load_checkpoint(self, name_or_path: str) -> WeightSwap | None:
         """Serve ``name_or_path`` from now on: reloaded in place, or — when that fails or the server is down
@@ -344,11 +422,11 @@ class VLLMGenerator:
             try:
                 response = self._post("/v1/completions", body, self.cfg.request_timeout_s)
                 break
-            except urllib.error.HTTPError as exc:
-                error = f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}"
+            except HTTPStatusError as exc:
+                error = str(exc)
                 if exc.code < 500 and exc.code not in (408, 409, 429):
                     break  # a refusal: retrying gives the same answer
-            except (urllib.error.URLError, OSError, ValueError) as exc:
+            except (OSError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {str(exc)[:300]}"
             down = self._recover(generation, sent)  # on the last attempt too: the next requests need an engine
             if down is not None:
@@ -412,10 +490,10 @@ class VLLMGenerator:
         body = {"model": SERVED_NAME, "prompt": [PROBE_TOKEN], "max_tokens": 1, "temperature": 0.0}
         try:
             self._post("/v1/completions", body, timeout_s)
-        except urllib.error.HTTPError as exc:
-            return f"the engine failed the health probe: HTTP {exc.code}: {exc.read().decode(errors='replace')[:200]}"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+        except HTTPStatusError as exc:
+            return f"the engine failed the health probe: {str(exc)[:200]}"
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, TimeoutError):
                 return f"the engine did not answer the health probe in {timeout_s:g} s"
             return f"the engine failed the health probe: {type(exc).__name__}: {str(exc)[:200]}"
         return None
@@ -468,9 +546,11 @@ class VLLMGenerator:
     def _stop(self, grace_s: float = 20.0) -> None:
         if self.server is not None:
             self.server.stop(grace_s)
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        self.asleep = False
+        for attr in ("_tmp", "_sockets"):
+            if getattr(self, attr) is not None:
+                shutil.rmtree(getattr(self, attr), ignore_errors=True)
+                setattr(self, attr, None)
 
     def close(self) -> None:
         self._stop()
@@ -480,6 +560,12 @@ class VLLMGenerator:
 
 
 _ENGINES = itertools.count()
+
+
+def engine_socket_dir() -> Path:
+    """A new directory for one engine's Unix socket, that only this user may enter (mode 0700), under the
+    system's temporary directory: a socket's path must stay under 108 bytes, which a deep cache dir may not."""
+    return Path(tempfile.mkdtemp(prefix="spade-engine-"))
 
 
 def engine_views_dir() -> Path:

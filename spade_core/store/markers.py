@@ -48,6 +48,8 @@ EXECUTION_ONLY = (
     "generation_devices",
     "training_devices",
     "generator_during_update",
+    "engine_replicas",
+    "engine_address",
 )
 
 
