@@ -9,13 +9,12 @@ flow runs under the run's task runner (``orchestration.task_runner``), chosen by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 from prefect import flow
 
-from flows.report import Listener, Reporter, publish_summary
+from flows.report import Reporter, publish_summary
 from spade_core.config import SpadeConfig
 from spade_core.pipeline.leases import process_pool
 from spade_core.pipeline.registry import chain_for, stages_for
@@ -42,7 +41,7 @@ class Tasks:
 
 
 class Reported(Watcher):
-    """The flow run's progress artifact and the CLI's display; the trainer and evaluator take turns with the
+    """The flow run's progress artifact and the CLI's display; the trainer takes turns with the
     generator on a GPU they share."""
 
     def __init__(self, report: Reporter, shared_device: bool) -> None:
@@ -62,12 +61,12 @@ class Reported(Watcher):
 
 
 def run_pipeline(
-    cfg: SpadeConfig, run_id: str, gen: int, chain_only: bool = False, listeners: Sequence[Listener] = ()
+    cfg: SpadeConfig, run_id: str, gen: int, chain_only: bool = False
 ) -> tuple[dict[str, StageRecord], Reporter]:
     """The generation's stages (or only its design chain) as tasks of this flow run, reported as they go."""
     stages = chain_for(cfg, gen) if chain_only else stages_for(cfg, gen)
-    report = Reporter(run_id, gen, [s.name for s in stages], listeners)
-    # The trainer and the evaluator load their own model: where the generator shares its memory, they take turns.
+    report = Reporter(run_id, gen, [s.name for s in stages])
+    # The trainer loads its own model: where the generator shares its memory, the two take turns.
     shared = cfg.orchestration.takes_turns(cfg.model.device)
     store = Store.from_config(cfg.store)
     records = run_generation_stages(cfg, store, run_id, gen, stages, Tasks(cfg, run_id, gen), Reported(report, shared))
@@ -75,13 +74,12 @@ def run_pipeline(
 
 
 @flow(name="spade-generation", log_prints=True)
-def generation(config: dict[str, Any], run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
-    """One generation of a run with a resolved config (use the ``spade`` flow: it resolves and binds it);
-    ``listeners`` (callables, in-process runs only) hear each finished stage."""
+def generation(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
+    """One generation of a run with a resolved config (use the ``spade`` flow: it resolves and binds it)."""
     passive_waits()
     cfg = SpadeConfig.model_validate(config)
     try:
-        records, report = run_pipeline(cfg, run_id, gen, listeners=listeners or ())
+        records, report = run_pipeline(cfg, run_id, gen)
         store = Store.from_config(cfg.store)
         summary = generation_summary(store, run_id, gen, records, report.wall)
         env_ids = list(records["pool"].info.get("env_ids", [])) if "pool" in records else []
@@ -93,13 +91,13 @@ def generation(config: dict[str, Any], run_id: str, gen: int, listeners: Any = N
 
 
 @flow(name="spade-design-chain", log_prints=True)
-def design_chain(config: dict[str, Any], run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
+def design_chain(config: dict[str, Any], run_id: str, gen: int) -> dict[str, Any]:
     """The design chain of generation ``gen`` (documents … hint), run ahead while generation ``gen - 1``
     trains (``orchestration.async_generations``); generation ``gen``'s own flow run then reuses it."""
     passive_waits()
     cfg = SpadeConfig.model_validate(config)
     try:
-        records, _ = run_pipeline(cfg, run_id, gen, chain_only=True, listeners=listeners or ())
+        records, _ = run_pipeline(cfg, run_id, gen, chain_only=True)
     finally:
         process_pool().release(wait=False, keep_reloadable=True)
     return {

@@ -1,11 +1,17 @@
 """Progress of a generation: a Prefect progress artifact, a Markdown summary, a table of the top
-environments by regret — and the same events for listeners in the flow's process (the CLI's display)."""
+environments by regret — and the same events for listeners in the flow's process (the CLI's display).
+
+Listeners are registered for a run in this process (:func:`listening`), never passed as flow parameters: a
+flow run's parameters travel with every task a process or Dask task runner sends to a worker, and a
+display (a lock, a terminal) cannot."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
@@ -32,6 +38,25 @@ class ProgressEvent:
 
 
 Listener = Callable[[ProgressEvent], None]
+_LISTENING: dict[str, tuple[Listener, ...]] = {}  # run id -> the listeners of this process
+_LISTENING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def listening(run_id: str, listeners: Sequence[Listener]) -> Iterator[None]:
+    """``listeners`` hear every stage of run ``run_id`` that this process's flows report, for the block."""
+    with _LISTENING_LOCK:
+        _LISTENING[run_id] = tuple(listeners)
+    try:
+        yield
+    finally:
+        with _LISTENING_LOCK:
+            _LISTENING.pop(run_id, None)
+
+
+def listeners_of(run_id: str) -> tuple[Listener, ...]:
+    with _LISTENING_LOCK:
+        return _LISTENING.get(run_id, ())
 
 
 def artifact_key(*parts: object) -> str:
@@ -44,13 +69,13 @@ def artifact_key(*parts: object) -> str:
 
 
 class Reporter:
-    """Tracks one generation's stages: updates the progress artifact and tells the ``listeners`` (the CLI's
-    display hands itself to the flow it runs in its own process)."""
+    """Tracks one generation's stages: updates the progress artifact and tells the run's listeners in this
+    process (:func:`listening`: the CLI's display)."""
 
-    def __init__(self, run_id: str, gen: int, stages: list[str], listeners: Sequence[Listener] = ()) -> None:
+    def __init__(self, run_id: str, gen: int, stages: list[str]) -> None:
         from prefect.artifacts import create_progress_artifact
 
-        self.run_id, self.gen, self.stages, self.listeners = run_id, gen, stages, tuple(listeners)
+        self.run_id, self.gen, self.stages, self.listeners = run_id, gen, stages, listeners_of(run_id)
         self.done: list[str] = []
         self.wall: dict[str, float] = {}
         self._started: dict[str, float] = {}

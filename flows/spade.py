@@ -11,14 +11,18 @@ artifacts is refused (use a new run id).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.exceptions import MissingContextError
 
 from flows.generation import design_chain, generation
 from flows.runners import task_runner_for
 from spade_core.config import ConfigError, SpadeConfig
 from spade_core.eval import evaluate_checkpoint
+from spade_core.pipeline.leases import process_pool
 from spade_core.pipeline.run_config import bind_run_config, flow_config
 from spade_core.pipeline.runner import run_generations
 from spade_core.pipeline.status import incomplete_generations, next_generation
@@ -28,18 +32,33 @@ from spade_core.store.checkpoints import checkpoint_complete
 from spade_core.threads import passive_waits
 
 
-def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
+@contextlib.contextmanager
+def run_engine(cfg: SpadeConfig, store: Store, run_id: str) -> Iterator[None]:
+    """The run's engine service (``model.backend`` vllm), owned by this flow's process for the length of the
+    block: every stage and worker process of the run leases it; it stops when the run ends or fails."""
+    pool = process_pool()
+    service = pool.serve(cfg, store, run_id)
+    if service is not None:
+        with contextlib.suppress(MissingContextError):  # outside a flow run (a script) there is no run log
+            get_run_logger().info("run %s: engine service at %s (%d replicas)", run_id, service.url, service.count)
+    try:
+        yield
+    finally:
+        pool.release(wait=False)
+
+
+def run_generation_flow(cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, Any]:
     """The ``spade-generation`` subflow of ``gen`` under the run's task runner."""
     runner = task_runner_for(cfg)
     sub = generation.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}")
-    return sub(cfg.model_dump(mode="json"), run_id, gen, listeners)
+    return sub(cfg.model_dump(mode="json"), run_id, gen)
 
 
-def run_design_chain_flow(cfg: SpadeConfig, run_id: str, gen: int, listeners: Any = None) -> dict[str, Any]:
+def run_design_chain_flow(cfg: SpadeConfig, run_id: str, gen: int) -> dict[str, Any]:
     """The ``spade-design-chain`` subflow of ``gen`` (its documents … hint) under the run's task runner."""
     runner = task_runner_for(cfg)
     sub = design_chain.with_options(task_runner=runner, flow_run_name=f"{run_id}-gen-{gen}-design")
-    return sub(cfg.model_dump(mode="json"), run_id, gen, listeners)
+    return sub(cfg.model_dump(mode="json"), run_id, gen)
 
 
 @flow(name="spade", log_prints=True)
@@ -49,11 +68,9 @@ def spade(
     config: str | None = None,
     overrides: list[str] | None = None,
     store: str | None = None,
-    listeners: Any = None,
 ) -> dict[str, Any]:
     """Run (or finish) one SPADE generation: sample documents, design, validate, hint, roll out, score,
-    update memory, train, and evaluate when due. ``gen`` defaults to the run's first incomplete one.
-    ``listeners`` (callables, in-process runs only: the CLI's display) hear each finished stage."""
+    update memory, train, and evaluate when due. ``gen`` defaults to the run's first incomplete one."""
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
@@ -62,7 +79,8 @@ def spade(
     if gen < 1:
         raise ConfigError(f"gen must be >= 1 (generations are numbered from 1), got {gen}")
     get_run_logger().info("run %s generation %d (store %s, config %s)", run_id, gen, st.base, cfg.config_hash())
-    return run_generation_flow(cfg, run_id, gen, listeners)
+    with run_engine(cfg, st, run_id):
+        return run_generation_flow(cfg, run_id, gen)
 
 
 @flow(name="spade-run", log_prints=True)
@@ -72,7 +90,6 @@ def spade_run(
     config: str | None = None,
     overrides: list[str] | None = None,
     store: str | None = None,
-    listeners: Any = None,
 ) -> list[dict[str, Any]]:
     """Generations 1..``generations`` of a run; complete ones are skipped, an incomplete one is finished.
     With ``orchestration.async_generations`` each next generation's design chain runs beside the current
@@ -85,14 +102,15 @@ def spade_run(
     todo = incomplete_generations(st, cfg, run_id, generations)
     for gen in sorted(set(range(1, generations + 1)) - set(todo)):
         logger.info("run %s generation %d is complete: skipped", run_id, gen)
-    return run_generations(
-        cfg,
-        st,
-        run_id,
-        todo,
-        lambda gen: run_generation_flow(cfg, run_id, gen, listeners),
-        lambda gen: run_design_chain_flow(cfg, run_id, gen, listeners),
-    )
+    with run_engine(cfg, st, run_id):
+        return run_generations(
+            cfg,
+            st,
+            run_id,
+            todo,
+            lambda gen: run_generation_flow(cfg, run_id, gen),
+            lambda gen: run_design_chain_flow(cfg, run_id, gen),
+        )
 
 
 @flow(name="spade-eval", log_prints=True)

@@ -126,9 +126,11 @@ def stored_summary(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> dic
 
 
 def _run_flow(fn: Any, **params: Any) -> Any:
-    """Run flow ``fn`` in this process with the progress display as its listener."""
-    with Display() as display:
-        return fn(**params, listeners=[display])
+    """Run flow ``fn`` in this process with the progress display listening to its run."""
+    from flows.report import listening  # the flows load with the command that runs one
+
+    with Display() as display, listening(params["run_id"], [display]):
+        return fn(**params)
 
 
 def _bind(st: Store, run_id: str, cfg: SpadeConfig) -> None:

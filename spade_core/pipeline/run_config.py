@@ -4,8 +4,8 @@ Every command and flow resolves its config here: :func:`resolve_config` (a prese
 ``key=value`` overrides, a store root), :func:`stored_config` (a run's own config) and
 :func:`flow_config` (a flow's plain parameters). The first generation of a run writes
 ``runs/{run_id}/config.yaml``; a later one with a config that would change what is written (anything but the
-store location and the execution-only settings ``orchestration.task_runner``, ``dask_address``,
-``retries``, ``retry_delay_s``) is refused with a message naming the keys.
+store location and the execution-only settings, ``spade_core.store.markers.EXECUTION_ONLY``: the task runner,
+retries, devices and engine layout) is refused with a message naming the keys.
 """
 
 from __future__ import annotations

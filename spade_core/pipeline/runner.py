@@ -57,7 +57,7 @@ class Submit(Protocol):
 
 class Watcher:
     """What a runner tells as it goes (the flow's progress artifact and display); by default nothing, and an
-    exclusive stage (the trainer, the evaluator) runs without waiting for a device turn."""
+    exclusive stage (the trainer) runs without waiting for a device turn."""
 
     def start(self, stage: Stage) -> None:
         """``stage`` is about to run."""

@@ -63,6 +63,8 @@ class Stage:
             not apply to the generation are skipped).
         previous: stages of generation ``gen - 1`` it depends on (their markers are part of its key).
         uses_model: the body calls the model through a lease (loaded on first use only).
+        scores_trained: the lease is of the checkpoint the generation ends with, not the one it starts from
+            (the evaluator scores what the generation trained).
         retried: retried with backoff on failure (model calls and real I/O); pure stages fail at once.
         shard_by: the input stage whose record's ``info["shards"]`` gives this stage's shard count
             (None: not sharded).
@@ -92,6 +94,7 @@ class Stage:
     inputs: tuple[str, ...] = ()
     previous: tuple[str, ...] = ()
     uses_model: bool = False
+    scores_trained: bool = False
     retried: bool = False
     shard_by: str | None = None
     exclusive: bool = False
@@ -324,6 +327,8 @@ def target_step(cfg: SpadeConfig, gen: int, stage: Stage) -> int:
     >>> target_step(cfg, 2, Stage("hint", always)), target_step(cfg, 2, Stage("design", always, writes=("designs",)))
     (0, 4)
     """
+    if stage.scores_trained:
+        return first_step(cfg, gen + 1)
     if getattr(cfg.training, "roles", "both") == "designer" and "designs" not in stage.writes:
         return 0
     first = first_step(cfg, gen)

@@ -1,6 +1,7 @@
 """Evaluate (docs/DESIGN.md §9; every ``evaluation.every`` generations): the checkpoint that ends generation
-``gen`` (global step ``gen · K``) on the held-out suites; its marker lists the ``evals`` files. A generation
-that wrote no checkpoint records the stage as a no-op with its reason."""
+``gen`` (global step ``gen · K``) on the held-out suites, played by the run's own model lease (a ``vllm`` run's
+engine service reloads that checkpoint; no second engine starts); its marker lists the ``evals`` files. A
+generation that wrote no checkpoint records the stage as a no-op with its reason."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     if not checkpoint_complete(ctx.store, ctx.run_id, first_step(ctx.cfg, ctx.gen + 1)):  # gen ends with it
         return {"skipped_reason": f"generation {ctx.gen} wrote no checkpoint (training.enabled is false)"}
     written: list[WrittenFile] = []
-    frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, written=written)
+    frame = evaluate_checkpoint(ctx.cfg, ctx.store, ctx.run_id, ctx.gen, generator=model, written=written)
     ctx.adopt(written)  # ``eval-{suite}``: the name ``spade eval`` writes too, so either replaces the other
     means = frame.groupby("suite")["score"].mean().round(4).to_dict() if not frame.empty else {}
     return {"items": len(frame), "score_mean": means}
