@@ -15,12 +15,13 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 # A loaded 2-core machine can take longer than Prefect's default to start its temporary server.
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 
-.PHONY: demo test lint system-deps test-system-deps vllm-env clean help
+.PHONY: demo test lint system-deps test-system-deps vllm-env device-bundle clean help
 
 help:
 	@echo "make demo   - set up everything, then run the embedded job (tiny preset, local store ./spade-store)"
 	@echo "make test   - set up everything, then lint, type-check and run the whole test suite"
 	@echo "make vllm-env - build the vLLM engine's own environment ($(VLLM_VENV); CPU build unless a GPU answers)"
+	@echo "make device-bundle - what benchmarks/device_check.sh carries to an offline GPU machine (.device/)"
 
 system-deps:
 	@if PATH="$$PATH:/sbin:/usr/sbin" ldconfig -p | grep -q 'libnl-route-3.so.200' && test -x /usr/bin/python3 && \
@@ -103,6 +104,9 @@ lint: $(STAMP)
 
 test: $(STAMP) $(VLLM_STAMP) system-deps test-system-deps lint
 	$(BIN)/pytest -q -ra --durations=25 -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+
+device-bundle: $(STAMP) system-deps
+	$(BIN)/python benchmarks/device_bundle.py --out .device
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .prefect .pytest_cache .ruff_cache .mypy_cache

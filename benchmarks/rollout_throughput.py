@@ -13,8 +13,14 @@ and ends with
 
     vllm_tokens_per_s=A transformers_tokens_per_s=B ratio=A/B
 
+With ``--backend vllm --replicas N`` it plays them through the run's engine service (what a run leases) with
+one replica and then with N (on this CPU one core each), side by side with the load average, and ends with
+
+    one_replica_tokens_per_s=A n_replicas_tokens_per_s=B ratio=B/A served=<requests per replica>
+
     .venv/bin/python benchmarks/rollout_throughput.py [--episodes 16] [--turns 3] [--tokens 32] [--no-reuse]
     .venv/bin/python benchmarks/rollout_throughput.py --backend vllm [--episodes 32] [--tokens 128]
+    .venv/bin/python benchmarks/rollout_throughput.py --backend vllm --replicas 2 [--episodes 32]
 """
 
 from __future__ import annotations
@@ -115,6 +121,31 @@ def compare_backends(args: argparse.Namespace, specs: list[EpisodeSpec], rollout
     print(f"vllm_tokens_per_s={v:.1f} transformers_tokens_per_s={t:.1f} ratio={v / t:.2f}")
 
 
+def compare_replicas(args: argparse.Namespace, specs: list[EpisodeSpec], rollout_cfg: RolloutConfig) -> None:
+    """The same episodes through the engine service with one replica, then with ``args.replicas``."""
+    from spade_core.llm.embedded import resolve_model
+    from spade_core.llm.engine_service import EngineService
+
+    cfg = load_config("tiny")
+    engine_cfg = cfg.model.model_copy(update={"backend": "vllm", "dtype": args.vllm_dtype, "device": "cpu"})
+    rates, served = [], []
+    for count in (1, args.replicas):
+        service = EngineService(engine_cfg, replicas=count)
+        try:
+            t0 = time.perf_counter()
+            with service.leased(resolve_model(cfg.model.name_or_path)) as engine:
+                print(f"{count} replica(s) ({args.vllm_dtype}) healthy after {time.perf_counter() - t0:.0f} s")
+                load = os.getloadavg()[0]
+                tokens, seconds = timed_rollout(engine, specs, rollout_cfg)
+                served = [r.served for r in service.replicas]
+        finally:
+            service.close()
+        rates.append(tokens / seconds)
+        print(f"{count} replica(s): {tokens:6d} tokens in {seconds:6.1f} s = {rates[-1]:7.1f} tok/s (load {load:.2f})")
+    print(f"one_replica_tokens_per_s={rates[0]:.1f} n_replicas_tokens_per_s={rates[1]:.1f} "
+          f"ratio={rates[1] / rates[0]:.2f} served={'/'.join(map(str, served))}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=16, help="episodes played at once (the batch)")
@@ -126,12 +157,16 @@ def main() -> None:
         "--backend", choices=("transformers", "vllm"), default="transformers", help="vllm: compare both backends"
     )
     parser.add_argument("--vllm-dtype", default="bfloat16", help="the engine's dtype with --backend vllm")
+    parser.add_argument("--replicas", type=int, default=None, help="with --backend vllm: 1 against N replicas")
     args = parser.parse_args()
     if args.backend == "vllm":
         games = [e for e in load_seed_envs() if e.kind == "game"]
         specs = [EpisodeSpec(games[i % len(games)].env_id, games[i % len(games)].code, i) for i in range(args.episodes)]
         cfg = RolloutConfig(max_turns=args.turns, max_tokens_per_turn=args.tokens, max_context_tokens=4096)
-        compare_backends(args, specs, cfg)
+        if args.replicas is not None:
+            compare_replicas(args, specs, cfg)
+        else:
+            compare_backends(args, specs, cfg)
         return
 
     cfg = load_config("tiny")
