@@ -150,7 +150,7 @@ def test_a_lease_on_another_checkpoint_waits_then_every_replica_reloads_in_place
 
 def test_the_trainers_turn_stops_the_cpu_replicas_and_closing_leaves_no_process(service: EngineService) -> None:
     # The module's last test. A CPU engine has no sleep mode: the turn stops each replica's whole process
-    # group (tests/test_engine_sleep.py checks the GPU's sleep and wake); closing the service stops the rest.
+    # group (tests/test_engine_lifecycle.py checks the GPU's sleep and wake); closing the service stops the rest.
     groups = [r.generator.server.proc.pid for r in service.replicas]  # type: ignore[union-attr]
     with service._changed:
         service._holds.clear()  # the previous test's leases

@@ -1,11 +1,12 @@
-"""The trainer's turn on a device the engine shares — the engine sleeps and wakes instead of restarting —
-and the end of a run that fails, which stops the run's engine.
+"""The engine service's life around a stand-in engine: the trainer's turn on a device the engine shares (it
+sleeps and wakes instead of restarting, or, without sleep mode, stops and starts), a run that fails (its
+engine stops with it), and a service on a configured address for workers on other machines.
 
-vLLM's CPU build has no sleep mode, so the real engine is not what this test runs: a stand-in server
+vLLM's CPU build has no sleep mode, so the real engine is not what these tests run: a stand-in server
 (``tests/fixtures/standin_engine.py``) speaks the endpoints a GPU engine has and records the order of the
 calls the project makes through the real :class:`~spade_core.llm.vllm_server.VLLMGenerator` and the real
-:class:`~spade_core.llm.engine_service.EngineService`. The device check (``benchmarks/device_check.sh``) is
-where a GPU runs it for real.
+:class:`~spade_core.llm.engine_service.EngineService`. The device check (``benchmarks/device_check.sh``) runs
+the GPU paths that need no vLLM; the real engine's service is tests/test_engine_service.py's.
 """
 
 from __future__ import annotations
@@ -132,3 +133,26 @@ def test_a_run_that_fails_stops_its_engine_service_and_leaves_no_process(standin
     assert groups and process_pool().services() == [] and not service_file("failing", store.base).exists()
     left = [subprocess.run(["pgrep", "-g", str(g)], capture_output=True, text=True).stdout.split() for g in groups]
     assert left == [[]]
+
+
+def test_workers_on_other_machines_reach_the_service_at_its_configured_address_with_the_shared_key(
+    standin_cfg, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from conftest import free_port
+
+    from spade_core.llm.base import ModelError
+    from spade_core.llm.engine_client import KEY_ENV, find_service
+
+    cfg, _log = standin_cfg
+    address = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv(KEY_ENV, "a-key-set-alike-on-every-machine")
+    service = EngineService(cfg, replicas=1, address=address)
+    try:
+        assert service.url == f"http://{address}" and service.key == "a-key-set-alike-on-every-machine"
+        client = find_service("remote-run", "s3://bucket/store", address)
+        assert client is not None and client.state()["replicas"] == []  # no replica yet: none started
+        monkeypatch.delenv(KEY_ENV)
+        with pytest.raises(ModelError, match=r"needs the service's API key in \$SPADE_ENGINE_KEY"):
+            find_service("remote-run", "s3://bucket/store", address)
+    finally:
+        service.close()
