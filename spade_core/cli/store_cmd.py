@@ -19,6 +19,7 @@ from spade_core.cli.common import StoreOpt, clean_errors, open_store
 from spade_core.config import StoreConfig
 from spade_core.pipeline.run_config import stored_config
 from spade_core.pipeline.status import (
+    engine_faults,
     generation_complete,
     generation_phase,
     model_faults,
@@ -60,6 +61,8 @@ def status(
         failed, retried = model_faults(records.get(g, {}))
         if failed or retried:
             typer.echo(f"      {failed} plays failed in the model call (left out), {retried} played again after one")
+        if faults := engine_faults(records.get(g, {}).values()):
+            typer.echo(f"      the engine was replaced {len(faults)} time(s) after a fault; first: {faults[0][:200]}")
     hint = f"spade resume {run_id}" if gen in states else f"spade run --run-id {run_id} --generations {gen}"
     typer.echo(f"next: generation {gen}  ({hint})")
 
@@ -96,7 +99,7 @@ def verify(
     for gen in sorted(markers):
         for record in markers[gen].values():
             files += sum(len(paths) for paths in record.files.values())
-            found = file_problems(st, record, listings, content=not quick)
+            found = file_problems(st, record, listings, content=not quick, weights=not quick)
             if deep:  # a file already found damaged is not opened again
                 found += [p for p in schema_problems(st, record) if p.path not in {f.path for f in found}]
             problems += found

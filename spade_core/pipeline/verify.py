@@ -9,7 +9,10 @@ a disk error, a user's ``rm``), a marker cut short, or a marker edited to name a
   with its recorded size (one fresh listing per directory, shared through ``listings``) and has its recorded
   digest (the sha256 of its bytes, read in chunks; ``content=False`` skips it: ``spade verify --quick``). A
   file's digest is computed once per process for one (path, size, stamp): the whole-stage marker of a
-  sharded stage lists its shards' files again, and ``spade status`` asks about each generation twice;
+  sharded stage lists its shards' files again, and ``spade status`` asks about each generation twice. A
+  checkpoint's weights (gigabytes each) are read for their digest by ``spade verify`` alone (``weights``);
+  a reuse checks their sizes, and a checkpoint is checked whole before it is loaded
+  (:func:`spade_core.store.checkpoints.check_checkpoint`);
 - :func:`schema_problems` (``spade verify --deep``): each Parquet file opens with its table's schema;
 - :func:`missing_inputs`: markers that a later marker names as its input but that are gone.
 
@@ -30,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.checkpoints import MARKER as CHECKPOINT_MARKER
 from spade_core.store.markers import MarkerScan, StageRecord, scan_markers, stages_dir
 from spade_core.store.schemas import SCHEMAS
 
@@ -62,17 +66,18 @@ def listed_files(record: StageRecord) -> list[tuple[str, str]]:
 
 
 def file_problems(
-    store: Store, record: StageRecord, listings: Listings | None = None, *, content: bool = True
+    store: Store, record: StageRecord, listings: Listings | None = None, *, content: bool = True, weights: bool = False
 ) -> list[Problem]:
     """The files of ``record`` that lie outside the store, are missing, or whose size or digest differs from
-    the recorded one (``content=False``: sizes only).
+    the recorded one (``content=False``: sizes only; a checkpoint's files other than its marker by size unless
+    ``weights``).
 
     A marker written before sizes (digests) were recorded is checked without them. ``listings`` caches one
     listing per directory across calls (pass the same dict for the markers of one run).
     """
     listings = {} if listings is None else listings
     problems = []
-    for _, recorded in listed_files(record):
+    for table, recorded in listed_files(record):
         try:
             path = store.confine(recorded)
         except StoreError as exc:
@@ -88,9 +93,19 @@ def file_problems(
         elif expected is not None and found[0] != expected:
             reason = f"has {found[0]} bytes, its marker recorded {expected}"
             problems.append(Problem(record.gen, record.name, path, reason))
-        elif content and record.file_digests.get(recorded) not in (None, _digest(store, path, found)):
+        elif (
+            content
+            and (weights or not _weights(table, path))
+            and record.file_digests.get(recorded) not in (None, _digest(store, path, found))
+        ):
             problems.append(Problem(record.gen, record.name, path, "has changed since its stage wrote it (digest)"))
     return problems
+
+
+def _weights(table: str, path: str) -> bool:
+    """Whether a listed file is one of a checkpoint's own files (its weights, its optimizer state), not the
+    checkpoint's small marker."""
+    return table == "checkpoint" and posixpath.basename(path) != CHECKPOINT_MARKER
 
 
 _DIGESTS: dict[tuple[str, int, str], str] = {}

@@ -8,6 +8,12 @@ adapter, plus the tokenizer and the optimizer and scheduler state of the run's o
 (``optimizer.pt``, ``scheduler.pt``), and a marker file ``spade-checkpoint.json`` written LAST: a directory
 without the marker is an interrupted upload and is never used.
 
+The marker records each file's size and digest (the first 16 hex of its sha256, as every store file's). The
+train stage lists them in its own marker, so a reuse, ``spade status`` and ``spade verify --quick`` find a
+checkpoint file missing or cut short, and ``spade verify`` one changed in place; and a checkpoint is checked
+against them before it is used (:func:`check_checkpoint`, once per process for a file as it is on disk; an
+S3 checkpoint as it is downloaded), so a damaged one stops the stage in one line instead of being loaded.
+
 Every backend needs a plain local HF directory: an S3 checkpoint is downloaded once into the local
 cache, and a LoRA adapter is merged onto its parent model once (also cached), so transformers loads it
 and the vLLM server restarts on it the same way.
@@ -15,8 +21,10 @@ and the vLLM server restarts on it the same way.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +40,7 @@ KINDS = ("full", "lora", "unchanged")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is missing or incomplete; the message names the run and step."""
+    """A checkpoint that is missing, incomplete or damaged; the message names the run and step."""
 
 
 def _store_key(store: Store) -> str:
@@ -46,12 +54,60 @@ def checkpoint_complete(store: Store, run_id: str, step: int) -> bool:
 
 def checkpoint_files(store: Store, run_id: str, step: int) -> list[WrittenFile]:
     """What the training of checkpoint ``step`` wrote, as files the train stage lists in its marker: the
-    checkpoint's marker file (written last, it stands for the whole upload) and the tables its marker
-    names (``train_metrics``, ``train_samples``)."""
-    path = f"{store.checkpoint_dir(run_id, step)}/{MARKER}"
-    data = store.read_bytes(path)
-    tables = [WrittenFile(**w) for w in json.loads(data).get("written", [])]
-    return [WrittenFile("checkpoint", path, 0, short_hash(data), len(data)), *tables]
+    checkpoint's marker file (written last, it stands for the whole upload), each file of the checkpoint
+    with the size and digest its marker recorded, and the tables its marker names (``train_metrics``,
+    ``train_samples``)."""
+    target = store.checkpoint_dir(run_id, step)
+    data = store.read_bytes(f"{target}/{MARKER}")
+    meta = json.loads(data)
+    digests, sizes = meta.get("digests", {}), meta.get("sizes", {})
+    weights = [
+        WrittenFile("checkpoint", f"{target}/{name}", 0, digests[name], int(sizes[name]))
+        for name in meta.get("files", [])
+        if name in digests and name in sizes
+    ]
+    tables = [WrittenFile(**w) for w in meta.get("written", [])]
+    return [WrittenFile("checkpoint", f"{target}/{MARKER}", 0, short_hash(data), len(data)), *weights, *tables]
+
+
+def file_digest(path: Path) -> str:
+    """The digest a store records for a file (first 16 hex of its sha256), of a local file."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()[:16]
+
+
+@lru_cache(maxsize=512)
+def _digest_as_on_disk(path: str, size: int, mtime_ns: int) -> str:
+    """:func:`file_digest` of ``path`` as it is now (``size`` and ``mtime_ns`` key it: a file changed since
+    is read again)."""
+    return file_digest(Path(path))
+
+
+def check_checkpoint(local: Path, meta: dict[str, Any], run_id: str, step: int) -> None:
+    """Refuse a checkpoint directory whose files are not those its marker recorded: one missing, or of
+    another size or digest (a checkpoint written before digests were recorded is checked for presence).
+
+    Raises:
+        CheckpointError: one line naming the run, the step, the file and what to do.
+    """
+    sizes, digests = meta.get("sizes", {}), meta.get("digests", {})
+    for name in meta.get("files", []):
+        path = local / name
+        try:
+            stat = path.stat()
+        except OSError:
+            problem = "is missing"
+        else:
+            if name in sizes and stat.st_size != int(sizes[name]):
+                problem = f"has {stat.st_size} bytes, its marker recorded {sizes[name]}"
+            elif name in digests and _digest_as_on_disk(str(path), stat.st_size, stat.st_mtime_ns) != digests[name]:
+                problem = "has changed since it was written (digest)"
+            else:
+                continue
+        raise CheckpointError(
+            f"checkpoint run={run_id} step={step}: {name} {problem}; 'spade verify {run_id} --repair' removes it "
+            f"and the stages after it, then 'spade resume {run_id}' trains it again"
+        )
 
 
 def read_marker(store: Store, run_id: str, step: int) -> dict[str, Any]:
@@ -85,12 +141,16 @@ def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, step: int
     target = store.checkpoint_dir(run_id, step)
     store.remove_dir(target)  # a rerun replaces an interrupted or older upload
     files = sorted(p for p in src.rglob("*") if p.is_file() and p.name != MARKER)
-    store.upload_files(src, target, [p.relative_to(src).as_posix() for p in files])
+    names = [p.relative_to(src).as_posix() for p in files]
+    digests = {name: file_digest(p) for name, p in zip(names, files, strict=True)}  # before the upload
+    store.upload_files(src, target, names)
     marker = {
         **meta,
         "run_id": run_id,
         "step": step,
-        "files": [p.relative_to(src).as_posix() for p in files],
+        "files": names,
+        "sizes": {name: p.stat().st_size for name, p in zip(names, files, strict=True)},
+        "digests": digests,
         "bytes": sum(p.stat().st_size for p in files),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -99,14 +159,18 @@ def write_checkpoint(store: Store, local_dir: str | Path, run_id: str, step: int
 
 
 def local_checkpoint_dir(store: Store, run_id: str, step: int) -> Path:
-    """A local directory holding checkpoint ``step`` as stored (downloaded once from S3)."""
+    """A local directory holding checkpoint ``step`` as stored (downloaded once from S3), checked against
+    its marker (:func:`check_checkpoint`)."""
     meta = read_marker(store, run_id, step)
     if not store.is_s3:
-        return Path(store.checkpoint_dir(run_id, step))
+        local = Path(store.checkpoint_dir(run_id, step))
+        check_checkpoint(local, meta, run_id, step)
+        return local
     local = cache_dir() / "checkpoints" / _store_key(store) / f"run={run_id}" / f"step={step}"
 
     def download(tmp: Path) -> None:
         store.download_files(store.checkpoint_dir(run_id, step), tmp, meta["files"])
+        check_checkpoint(tmp, meta, run_id, step)  # what came down is what was written
         (tmp / MARKER).write_text(json.dumps(meta))  # last: the copy is complete
 
     return build_once(local, download, ready=lambda path: _local_marker(path) == meta)

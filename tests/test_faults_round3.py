@@ -1,0 +1,168 @@
+"""Faults, round 3: what a probe on copies of a demo store found losing data silently or accepting a bad
+result — each case a test that failed before its fix.
+
+- A checkpoint damaged in place or deleted: its marker records every file's size and digest; the train
+  stage lists them, so a reuse finds a file missing and ``spade verify`` one changed; and a checkpoint is
+  checked before it is loaded, locally and as it comes down from S3, so a damaged one is one line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from spade_core.config import load_config
+from spade_core.pipeline.verify import file_problems
+from spade_core.store.artifacts import Store
+from spade_core.store.checkpoints import (
+    CheckpointError,
+    checkpoint_files,
+    local_checkpoint_dir,
+    model_path_for_checkpoint,
+    read_marker,
+    write_checkpoint,
+)
+from spade_core.store.markers import StageRecord
+
+RUN = "r"
+
+
+def saved_model(tmp_path: Path) -> Path:
+    """A directory as ``save_pretrained`` leaves one (random weights: any change shows)."""
+    src = tmp_path / "saved"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(os.urandom(64 * 1024))
+    (src / "config.json").write_text('{"model_type": "llama"}')
+    (src / "optimizer.pt").write_bytes(os.urandom(8 * 1024))
+    return src
+
+
+def train_record(store: Store, step: int) -> StageRecord:
+    """The train stage's marker as it lists what the training of checkpoint ``step`` wrote."""
+    files = checkpoint_files(store, RUN, step)
+    return StageRecord(
+        stage="train-s0",
+        run_id=RUN,
+        gen=1,
+        artifact_hash="a",
+        digest="d",
+        files={"checkpoint": [f.path for f in files]},
+        sizes={f.path: f.size for f in files},
+        file_digests={f.path: f.digest for f in files},
+    )
+
+
+def zero_inside(path: Path) -> None:
+    """Zero 4 KB in the middle of a file: its size stays, its content changes."""
+    with open(path, "r+b") as fh:
+        fh.seek(8192)
+        fh.write(b"\0" * 4096)
+
+
+def test_a_checkpoint_changed_in_place_is_refused_before_it_is_loaded_and_spade_verify_finds_it(
+    tmp_path: Path,
+) -> None:
+    store = Store(str(tmp_path / "store"))
+    write_checkpoint(store, saved_model(tmp_path), RUN, 1, {"kind": "full", "parent_step": 0})
+    meta = read_marker(store, RUN, 1)
+    assert set(meta["digests"]) == set(meta["sizes"]) == {"config.json", "model.safetensors", "optimizer.pt"}
+    cfg = load_config("tiny")
+    assert model_path_for_checkpoint(cfg, store, RUN, 1) == store.checkpoint_dir(RUN, 1)  # whole: used
+    record = train_record(store, 1)
+    assert len(record.files["checkpoint"]) == 4 and file_problems(store, record, weights=True) == []
+
+    weights = Path(store.checkpoint_dir(RUN, 1)) / "model.safetensors"
+    zero_inside(weights)
+    with pytest.raises(CheckpointError) as refused:
+        model_path_for_checkpoint(cfg, store, RUN, 1)
+    assert str(refused.value) == (
+        f"checkpoint run={RUN} step=1: model.safetensors has changed since it was written (digest); "
+        f"'spade verify {RUN} --repair' removes it and the stages after it, then 'spade resume {RUN}' trains it again"
+    )
+    # spade verify reads the weights; a reuse checks their sizes (gigabytes each), the load above their bytes
+    assert [(Path(p.path).name, p.reason) for p in file_problems(store, record, weights=True)] == [
+        ("model.safetensors", "has changed since its stage wrote it (digest)")
+    ]
+    assert file_problems(store, record) == []
+
+
+def test_a_deleted_checkpoint_file_makes_the_train_stage_run_again_and_is_refused_at_load(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    write_checkpoint(store, saved_model(tmp_path), RUN, 1, {"kind": "full", "parent_step": 0})
+    record = train_record(store, 1)
+    (Path(store.checkpoint_dir(RUN, 1)) / "model.safetensors").unlink()
+    assert [(Path(p.path).name, p.reason) for p in file_problems(store, record)] == [
+        ("model.safetensors", "is missing")
+    ]  # a reuse of the train stage finds it: the step is trained again
+    with pytest.raises(CheckpointError, match=r"^checkpoint run=r step=1: model\.safetensors is missing; "):
+        local_checkpoint_dir(store, RUN, 1)
+
+
+def test_an_s3_checkpoint_changed_in_place_is_refused_as_it_comes_down(
+    s3_bucket: str, s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    store = Store(s3_bucket, endpoint_url=s3_endpoint)
+    write_checkpoint(store, saved_model(tmp_path), RUN, 1, {"kind": "full", "parent_step": 0})
+    path = f"{store.checkpoint_dir(RUN, 1)}/model.safetensors"
+    data = bytearray(store.read_bytes(path))
+    data[8192:12288] = b"\0" * 4096
+    store.write_bytes(path, bytes(data))  # same size, other bytes
+    with pytest.raises(CheckpointError, match=r"model\.safetensors has changed since it was written"):
+        local_checkpoint_dir(store, RUN, 1)
+    assert not list((tmp_path / "cache").rglob("model.safetensors"))  # no damaged copy left to trust next time
+
+
+DIED = "the server died (exit code 0): EngineDeadError"
+
+
+def rollout_records() -> list[StageRecord]:
+    """A rollout's shard records and its whole-stage record, as the runner writes them: one shard's engine was
+    replaced after it died; the replica restarted after the trainer's turn (no error) is no fault."""
+    swaps = [
+        {"method": "restart", "seconds": 36.0, "error": DIED},
+        {"method": "restart", "seconds": 30.0, "error": None},
+        {"method": "reload", "seconds": 2.0, "error": None},
+    ]
+    common = {"run_id": RUN, "gen": 1, "artifact_hash": "a"}
+    shard = StageRecord(stage="rollout-s0", shard=0, digest="s0", info={"weight_swaps": swaps}, **common)
+    whole = StageRecord(stage="rollout-s0", digest="w", info={"shards": 1, "weight_swaps": swaps}, **common)
+    return [shard, whole]
+
+
+def test_an_engine_replaced_after_a_fault_is_said_on_the_console_in_the_summary_and_by_spade_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from typer.testing import CliRunner
+
+    from flows.report import ProgressEvent
+    from spade_core.cli import app
+    from spade_core.cli.run_cmd import Display
+    from spade_core.pipeline.run_config import bind_run_config
+    from spade_core.pipeline.status import engine_faults
+    from spade_core.report.summary import summary_markdown
+    from spade_core.store.markers import write_marker
+
+    records = rollout_records()
+    assert engine_faults(records) == [DIED]  # the whole-stage record's, once; the planned restart is none
+    # the console: a line under the stage's own
+    Display()(ProgressEvent(RUN, 1, "rollout-s0", None, None, "ran", 80.0, 20, 5, 10, engine_faults=(DIED,)))
+    assert f"the engine was replaced: {DIED}" in " ".join(capsys.readouterr().err.split())
+    # the summary's table
+    summary = {
+        "run_id": RUN, "gen": 1, "designs": 0, "valid": 0, "valid_rate": None, "envs": 0, "replayed": 0,
+        "episodes": 0, "win_rate": None, "regret": None, "diversity": None, "train_loss": None, "train_steps": 0,
+        "model_calls": 0, "engine_faults": [DIED], "stages": [],
+    }  # fmt: skip
+    assert f"| engine replaced after a fault (first cause) | 1 ({DIED}) |" in summary_markdown(summary)
+    # spade status
+    cfg = load_config("tiny", overrides=[f"store.root={tmp_path}"])
+    store = Store(str(tmp_path))
+    bind_run_config(store, RUN, cfg)
+    for record in records:
+        write_marker(store, record)
+    shown = CliRunner().invoke(app, ["status", RUN, "--store", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert f"the engine was replaced 1 time(s) after a fault; first: {DIED}" in shown.stdout
