@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
+from spade_core.pipeline.status import engine_faults
 from spade_core.report.summary import summary_markdown, top_environments
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord
@@ -35,6 +36,7 @@ class ProgressEvent:
     model_calls: int
     done: int
     total: int
+    engine_faults: tuple[str, ...] = ()  # why the engine was replaced while this stage (or shard) used it
 
 
 Listener = Callable[[ProgressEvent], None]
@@ -118,6 +120,7 @@ class Reporter:
             record.model_calls if record.status == "ran" else 0,
             len(self.done),
             len(self.stages),
+            tuple(engine_faults([record.model_copy(update={"shard": None})])) if record.status == "ran" else (),
         )
         for listener in self.listeners:
             listener(event)

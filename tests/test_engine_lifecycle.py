@@ -106,7 +106,8 @@ def test_without_sleep_mode_the_turn_stops_the_engine_and_the_next_lease_starts_
             assert server is not None and not server.running
         with service.leased(cfg.name_or_path):
             pass
-        assert [s.method for s in service.take_swaps()] == ["start", "restart"]
+        swaps = service.take_swaps()
+        assert [(s.method, s.error) for s in swaps] == [("start", None), ("restart", None)]  # planned: no fault
         assert "POST /sleep?level=1" not in calls(log)
     finally:
         service.close()

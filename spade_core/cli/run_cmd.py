@@ -90,6 +90,8 @@ class Display:
         self.progress.console.print(
             f"  {mark} gen {event.gen} {where:<14} {event.status:<7} {event.seconds:7.1f}s{calls}", highlight=False
         )
+        for cause in event.engine_faults:  # the run goes on, on a new engine: the researcher should know
+            self.progress.console.print(f"    [yellow]![/] the engine was replaced: {cause[:200]}", highlight=False)
         self.progress.update(self.task_ids[key], completed=event.done)
 
     def __enter__(self) -> Display:

@@ -169,8 +169,9 @@ def engine_sleeps(model_cfg: Any, on_cpu: bool) -> bool:
 @dataclass(frozen=True)
 class WeightSwap:
     """How a checkpoint got into the engine: ``reload`` (in place), ``restart`` (a reload failed, the server
-    was down, or the engine died or hung while serving) or ``start`` (the first load); ``seconds`` is the
-    wall time it took (a restart: from stopping the old engine to the new one's health)."""
+    was down, or the engine died or hung while serving — ``error`` says which; none after the trainer's turn
+    stopped it) or ``start`` (the first load); ``seconds`` is the wall time it took (a restart: from stopping
+    the old engine to the new one's health)."""
 
     method: str
     seconds: float
@@ -212,6 +213,7 @@ class VLLMGenerator:
         self.api_key = secrets.token_urlsafe(24)
         self.sleeps = engine_sleeps(model_cfg, self.on_cpu)  # the trainer's turn: sleep (level 1), not a stop
         self.asleep = False
+        self._stopped_for_turn = False  # stopped by sleep() without sleep mode: its restart is planned, no fault
         self.server: ServerProcess | None = None
         self._tmp: Path | None = None  # the running server's temporary files
         self._sockets: Path | None = None  # the running server's socket directory (mode 0700)
@@ -279,6 +281,7 @@ class VLLMGenerator:
         self._generation += 1
         self._down = None
         self.asleep = False
+        self._stopped_for_turn = False
         self._set_model(model_path)
         self.swaps.append(WeightSwap(method, time.perf_counter() - started, model_path, error))
 
@@ -341,6 +344,7 @@ class VLLMGenerator:
             except (HTTPStatusError, OSError, ValueError):
                 pass
         self._stop()
+        self._stopped_for_turn = True
         return "stopped"
 
     def wake(self) -> None:
@@ -361,7 +365,7 @@ class VLLMGenerator:
         if path == self.model_path and self.server is not None and self.server.running:
             return None
         if self.server is None or not self.server.running:
-            self._start(path, "restart", "the server was not running")
+            self._start(path, "restart", None if self._stopped_for_turn else "the server was not running")
             return self.swaps[-1]
         started = time.perf_counter()
         try:

@@ -194,7 +194,9 @@ def finish(stage: Stage, ctx: GenerationContext, shards: list[StageRecord]) -> S
     check take them from one marker; its digest is made of the shards' digests, which cover those files.
     """
     upstream = {r.name: r for r in shards}
-    info = {"shards": len(shards), "rows": _sum_rows(shards), **_sum_counts(shards)}
+    info: dict[str, Any] = {"shards": len(shards), "rows": _sum_rows(shards), **_sum_counts(shards)}
+    if swaps := [swap for part in shards for swap in part.info.get("weight_swaps", [])]:
+        info["weight_swaps"] = swaps  # the engine's swaps and replacements while the shards ran
     return _resumable(ctx, replace(stage, body=lambda run, model: info), None, upstream, None, tuple(shards))
 
 

@@ -8,7 +8,7 @@ lists is intact.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from spade_core.config import SpadeConfig
 from spade_core.pipeline.registry import chain_for, stages_for
@@ -69,6 +69,20 @@ def model_faults(markers: dict[str, StageRecord]) -> tuple[int, int]:
         sum(int(r.info.get("model_errors", 0)) for r in whole),
         sum(int(r.info.get("model_retries", 0)) for r in whole),
     )
+
+
+def engine_faults(records: Iterable[StageRecord]) -> list[str]:
+    """Why the engine was replaced while stages used it, one line per replacement: the ``error`` of each
+    ``restart`` weight swap of the whole-stage records (a sharded stage's lists its shards'; shard records
+    are skipped) — a replica died or hung, a reload failed. A restart after the trainer's turn stopped the
+    engine is planned and has none."""
+    return [
+        str(swap["error"])
+        for record in records
+        if record.shard is None
+        for swap in record.info.get("weight_swaps", [])
+        if swap.get("method") == "restart" and swap.get("error")
+    ]
 
 
 def generation_complete(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> bool:

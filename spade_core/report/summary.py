@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from spade_core.pipeline.status import engine_faults
 from spade_core.report.data import read_config
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord, read_listed
@@ -80,6 +81,8 @@ def generation_summary(
         # plays whose model call failed after rollout.model_retries: kept as rows, left out of scoring and training
         "model_errors": sum(int(r.info.get("model_errors", 0)) for r in rollouts),
         "model_retries": sum(int(r.info.get("model_retries", 0)) for r in rollouts),
+        # the engine replaced while stages used it (a replica died or hung): the cause of each replacement
+        "engine_faults": engine_faults(r for r in records.values() if r.status == "ran"),
         "win_rate": _mean(played["win_rate"]),
         "regret": _mean(played["regret"]),
         "designer_variant": variant_of(read_config(store, run_id)[1]),
@@ -149,6 +152,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"| episodes | {summary['episodes']} |",
         f"| plays failed in the model call, left out (retried) | {summary.get('model_errors', 0)} "
         f"({summary.get('model_retries', 0)}) |",
+        f"| engine replaced after a fault (first cause) | {_faults(summary.get('engine_faults') or [])} |",
         f"| mean win rate | {num(summary['win_rate'])} |",
         f"| mean regret | {num(summary['regret'])} |",
         f"| designer reward (trained): mean ± std (designs kept) | {trained} |",
@@ -173,3 +177,12 @@ def _mean(series: Any) -> float | None:
 def _value(value: Any) -> Any:
     """A cell as JSON takes it: a missing float (NaN) is None."""
     return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _faults(causes: list[str]) -> str:
+    """``0``, or the count and the first cause (table cell text: no pipes).
+
+    >>> _faults([]), _faults(["the server died (exit code 0): EngineDeadError | x", "hung"])
+    ('0', '2 (the server died (exit code 0): EngineDeadError / x)')
+    """
+    return f"{len(causes)} ({causes[0][:160].replace('|', '/')})" if causes else "0"
