@@ -29,6 +29,7 @@ from spade_core.pipeline.status import incomplete_generations, next_generation
 from spade_core.steps import first_step
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import checkpoint_complete
+from spade_core.store.runlock import RunLock
 from spade_core.threads import passive_waits
 
 
@@ -74,13 +75,14 @@ def spade(
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
-    bind_run_config(st, run_id, cfg)
-    gen = gen if gen is not None else next_generation(st, cfg, run_id)
-    if gen < 1:
-        raise ConfigError(f"gen must be >= 1 (generations are numbered from 1), got {gen}")
-    get_run_logger().info("run %s generation %d (store %s, config %s)", run_id, gen, st.base, cfg.config_hash())
-    with run_engine(cfg, st, run_id):
-        return run_generation_flow(cfg, run_id, gen)
+    with RunLock(st, run_id):  # one run at a time on a run id
+        bind_run_config(st, run_id, cfg)
+        gen = gen if gen is not None else next_generation(st, cfg, run_id)
+        if gen < 1:
+            raise ConfigError(f"gen must be >= 1 (generations are numbered from 1), got {gen}")
+        get_run_logger().info("run %s generation %d (store %s, config %s)", run_id, gen, st.base, cfg.config_hash())
+        with run_engine(cfg, st, run_id):
+            return run_generation_flow(cfg, run_id, gen)
 
 
 @flow(name="spade-run", log_prints=True)
@@ -97,20 +99,21 @@ def spade_run(
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
-    bind_run_config(st, run_id, cfg)
-    logger = get_run_logger()
-    todo = incomplete_generations(st, cfg, run_id, generations)
-    for gen in sorted(set(range(1, generations + 1)) - set(todo)):
-        logger.info("run %s generation %d is complete: skipped", run_id, gen)
-    with run_engine(cfg, st, run_id):
-        return run_generations(
-            cfg,
-            st,
-            run_id,
-            todo,
-            lambda gen: run_generation_flow(cfg, run_id, gen),
-            lambda gen: run_design_chain_flow(cfg, run_id, gen),
-        )
+    with RunLock(st, run_id):  # one run at a time on a run id
+        bind_run_config(st, run_id, cfg)
+        logger = get_run_logger()
+        todo = incomplete_generations(st, cfg, run_id, generations)
+        for gen in sorted(set(range(1, generations + 1)) - set(todo)):
+            logger.info("run %s generation %d is complete: skipped", run_id, gen)
+        with run_engine(cfg, st, run_id):
+            return run_generations(
+                cfg,
+                st,
+                run_id,
+                todo,
+                lambda gen: run_generation_flow(cfg, run_id, gen),
+                lambda gen: run_design_chain_flow(cfg, run_id, gen),
+            )
 
 
 @flow(name="spade-eval", log_prints=True)

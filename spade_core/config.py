@@ -91,7 +91,9 @@ def _key_of(section: type[BaseModel], name: str) -> str:
 
 
 class StoreConfig(_Section):
-    root: str = Field("./spade-store", description="Local path or s3://bucket/prefix of the artifact store.")
+    root: str = Field(
+        "./spade-store", min_length=1, pattern=r"\S", description="Local path or s3://bucket/prefix of the store."
+    )
     endpoint_url: str | None = Field(
         None, description="S3-compatible endpoint; falls back to the AWS_ENDPOINT_URL variable."
     )

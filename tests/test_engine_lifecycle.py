@@ -6,7 +6,7 @@ vLLM's CPU build has no sleep mode, so the real engine is not what these tests r
 (``tests/fixtures/standin_engine.py``) speaks the endpoints a GPU engine has and records the order of the
 calls the project makes through the real :class:`~spade_core.llm.vllm_server.VLLMGenerator` and the real
 :class:`~spade_core.llm.engine_service.EngineService`. The device check (``benchmarks/device_check.sh``) runs
-the GPU paths that need no vLLM; the real engine's service is tests/test_engine_service.py's.
+the GPU paths that need no vLLM; the real engine's service is tests/test_vllm_engine.py's.
 """
 
 from __future__ import annotations

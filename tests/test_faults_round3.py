@@ -4,6 +4,10 @@ result — each case a test that failed before its fix.
 - A checkpoint damaged in place or deleted: its marker records every file's size and digest; the train
   stage lists them, so a reuse finds a file missing and ``spade verify`` one changed; and a checkpoint is
   checked before it is loaded, locally and as it comes down from S3, so a damaged one is one line.
+- An engine replaced after a fault: said on the console, in the summary and by ``spade status``.
+- Two runs on one run id: the second is refused in one line naming the holder (local and S3); a killed
+  run's lock is taken over.
+- ``--store ""``: one line, not the default store.
 """
 
 from __future__ import annotations
@@ -166,3 +170,92 @@ def test_an_engine_replaced_after_a_fault_is_said_on_the_console_in_the_summary_
     shown = CliRunner().invoke(app, ["status", RUN, "--store", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
     assert f"the engine was replaced 1 time(s) after a fault; first: {DIED}" in shown.stdout
+
+
+def test_a_second_run_of_a_run_id_is_refused_in_one_line_naming_the_holder_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from spade_core.cli import app
+    from spade_core.store.runlock import RunLock
+
+    hold = (
+        "import sys; from spade_core.store.artifacts import Store; from spade_core.store.runlock import RunLock\n"
+        "with RunLock(Store(sys.argv[1]), 'demo'):\n    print('held', flush=True); sys.stdin.read()"
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", hold, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )  # the first run
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "held"
+        refused = CliRunner().invoke(app, ["run", "--run-id", "demo", "--store", str(tmp_path)])
+        assert refused.exit_code == 2
+        assert refused.stderr.startswith(
+            f"error: run 'demo' is in use by another run ({os.uname().nodename}:{first.pid} "
+        )
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert sorted(p.name for p in (tmp_path / "runs" / "demo").iterdir()) == ["run.lock"]  # no config written
+    finally:
+        first.communicate("", timeout=60)
+    assert not (tmp_path / "runs" / "demo").exists()  # released: nothing left
+    with RunLock(Store(str(tmp_path)), "demo") as outer, RunLock(Store(str(tmp_path)), "demo") as inner:
+        assert not outer.nested and inner.nested  # `spade run` holds it, the flow it starts here takes it again
+
+
+def test_a_killed_runs_lock_is_taken_over_and_a_live_one_elsewhere_is_not(tmp_path: Path) -> None:
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from spade_core.store.runlock import STALE_AFTER_S, RunLock, RunLocked, lock_path
+
+    store = Store(str(tmp_path))
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)  # fmt: skip
+    here = {"host": socket.gethostname(), "pid": dead, "token": "t", "started": "then", "heartbeat": time.time()}
+    elsewhere_old = {**here, "host": "node-7", "pid": 1, "heartbeat": time.time() - STALE_AFTER_S - 5}
+    elsewhere_live = {**elsewhere_old, "heartbeat": time.time()}
+    for holder, taken in ((here, True), (elsewhere_old, True), (elsewhere_live, False)):
+        store.write_text(lock_path(store, "r"), json.dumps(holder))
+        if taken:
+            with RunLock(store, "r"):
+                assert json.loads(store.read_bytes(lock_path(store, "r")))["pid"] == os.getpid()
+        else:
+            with pytest.raises(RunLocked, match=r"in use by another run \(node-7:1 since then"):
+                RunLock(store, "r").acquire()
+
+
+def test_the_run_lock_holds_on_s3_too(s3_bucket: str, s3_endpoint: str) -> None:
+    import json
+    import socket
+
+    from spade_core.store.runlock import RunLock, RunLocked, lock_path
+
+    store = Store(s3_bucket, endpoint_url=s3_endpoint)
+    with RunLock(store, "r"):
+        other = {"host": "node-7", "pid": 1, "token": "t", "started": "now", "heartbeat": 9e12}
+        store.write_text(lock_path(store, "r"), json.dumps(other))  # as another machine's run would hold it
+        with pytest.raises(RunLocked, match="node-7:1"):
+            RunLock(store, "r").acquire()
+        store.write_text(lock_path(store, "r"), json.dumps({**other, "host": socket.gethostname(), "pid": os.getpid()}))
+    with RunLock(store, "r"):
+        pass
+
+
+@pytest.mark.parametrize("command", [["run", "--run-id", "r"], ["status", "r"], ["verify", "r"], ["report", "r"]])
+def test_an_empty_store_is_one_line_not_the_default_store(command: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from spade_core.cli import app
+
+    done = CliRunner().invoke(app, [*command, "--store", ""])
+    assert done.exit_code == 2, done.output
+    assert done.stderr.strip().splitlines() == [
+        "error: --store '' is empty: give a directory or s3://bucket/prefix (none: ./spade-store)"
+    ]

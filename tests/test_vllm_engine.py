@@ -1,6 +1,10 @@
-"""The ``vllm`` backend against the real engine (vLLM's CPU build, from ``make vllm-env``) on the tiny model:
-start and health, one line without the engine, exact tokens and log-probs, weights reloaded in place, a
-killed server restarted once, a stream of episodes, and nothing left running."""
+"""The ``vllm`` backend against the real engine (vLLM's CPU build, from ``make vllm-env``) on the tiny model,
+as a run has it: the run's engine service with two replicas, one core each (one start of both for the
+module). The service: requests spread over both replicas and an episode's turns kept on one, the same tokens
+and log-probs as one engine samples, a worker process reaching it by its published address and key,
+checkpoints held and reloaded in place on every replica. One replica as an engine: start and health, its
+socket and key, one line without the engine, exact tokens and log-probs, weights reloaded in place, a killed
+server restarted once, a stream of episodes. Then the trainer's turn, and nothing left running."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,15 +22,20 @@ import torch
 
 from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
-from spade_core.llm.base import GenerationRequest, ModelError, SamplingParams
+from spade_core.llm.base import CacheSlot, GenerationRequest, ModelError, SamplingParams
 from spade_core.llm.embedded import cache_dir
+from spade_core.llm.engine_client import EngineClient, find_service, service_file
+from spade_core.llm.engine_service import EngineService
 from spade_core.llm.server_process import HTTPStatusError, UnixHTTPConnection, http_request
 from spade_core.llm.vllm_server import VLLMGenerator, engine_python
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("jail_processes_checked")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("jail_processes_checked")]
 ASK = [{"role": "user", "content": "Name three colours."}]
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12, logprobs=True)
+SAMPLED = SamplingParams(temperature=1.0, max_new_tokens=12, logprobs=True, seed=11)
+RUN = "engine-service-test"
+STORE = "/no/store/of/this/test"  # the service file names the run's store too
 
 
 def model_cfg(path: str, *overrides: str):  # type: ignore[no-untyped-def]
@@ -33,11 +44,30 @@ def model_cfg(path: str, *overrides: str):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir: str):  # type: ignore[no-untyped-def]
-    """One fp32 engine on the tiny model for the module (a start costs 30-60 s here)."""
-    generator = VLLMGenerator(model_cfg(tiny_model_dir), startup_timeout_s=600)
-    yield generator
-    generator.close()
+def service(tiny_model_dir: str):  # type: ignore[no-untyped-def]
+    """The engine service of the module: two fp32 replicas of the tiny model, started at once at the first
+    lease (30-60 s here), published as a run's service is."""
+    engine = EngineService(model_cfg(tiny_model_dir), replicas=2)
+    engine.publish(RUN, STORE, lambda step: tiny_model_dir)
+    with engine.leased(tiny_model_dir):
+        pass
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def engine(service: EngineService) -> VLLMGenerator:
+    """Replica 0 of the service, as an engine of its own."""
+    return service.replicas[0].generator  # type: ignore[no-any-return]
+
+
+def requests(n: int, prefix: str = "ep") -> list[GenerationRequest]:
+    return [
+        GenerationRequest(
+            messages=[{"role": "user", "content": f"Name {i + 2} colours."}], cache_slot=CacheSlot(f"{prefix}{i}", 1024)
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +96,6 @@ def greedy_text(generator: VLLMGenerator) -> str:
 
 def test_the_engine_starts_healthy_and_serves_token_ids_with_logprobs(engine: VLLMGenerator) -> None:
     assert engine.server is not None and engine.server.healthy()
-    assert [s.method for s in engine.swaps][:1] == ["start"]
     (out,) = engine.generate([GenerationRequest(messages=ASK)], GREEDY)
     assert out.error is None and out.token_ids and out.logprobs is not None
     assert len(out.logprobs) == len(out.token_ids) and all(x <= 0 for x in out.logprobs)
@@ -78,6 +107,100 @@ def test_the_engine_starts_healthy_and_serves_token_ids_with_logprobs(engine: VL
     with pytest.raises(HTTPStatusError) as refused:
         http_request(UnixHTTPConnection(socket_path, 30), "POST", "/v1/completions", {"model": "spade", "prompt": [1]})
     assert refused.value.code == 401
+
+
+def test_two_replicas_serve_a_batch_and_each_episode_stays_on_its_replica(
+    service: EngineService, tiny_model_dir: str
+) -> None:
+    with service.leased(tiny_model_dir) as engine:
+        assert len(service.replicas) == 2
+        assert sorted((s.replica, s.method) for s in service.take_swaps()) == [(0, "start"), (1, "start")]
+        out = engine.generate(requests(16), SAMPLED)
+        assert [c.error for c in out] == [None] * 16 and all(c.token_ids for c in out)
+        served = [r.served for r in service.replicas]
+        assert sum(served) == 16 and min(served) >= 4, served  # both replicas took a share
+        # The next turn of every episode goes to the replica that served its first (its prefix cache).
+        first = {key: service._sessions[key] for key in (f"ep{i}" for i in range(16))}
+        before = [r.served for r in service.replicas]
+        again = engine.generate(requests(16), SAMPLED)
+        assert [c.error for c in again] == [None] * 16 and {k: service._sessions[k] for k in first} == first
+        added = [r.served - b for r, b in zip(service.replicas, before, strict=True)]
+        assert added == [list(first.values()).count(i) for i in range(2)]
+        service.release(list(first))
+        assert not service._sessions
+
+
+def test_the_replicas_sample_what_one_engine_samples(service: EngineService, tiny_model_dir: str) -> None:
+    # Every request carries its seed (fixed by the call), so the replica that serves it changes nothing.
+    with service.leased(tiny_model_dir) as engine:
+        spread = engine.generate(requests(8, "exact"), SAMPLED)
+        alone = service.replicas[0].generator.generate(requests(8, "exact"), SAMPLED)  # one engine, the same call
+    assert [c.token_ids for c in spread] == [c.token_ids for c in alone]
+    gaps = [
+        abs(a - b)
+        for s, o in zip(spread, alone, strict=True)
+        for a, b in zip(s.logprobs or [], o.logprobs or [], strict=True)
+    ]
+    assert gaps and max(gaps) < 1e-4
+
+
+WORKER = """
+import json, sys
+from spade_core.llm.base import GenerationRequest, SamplingParams
+from spade_core.llm.engine_client import find_service
+client = find_service(sys.argv[1], sys.argv[3], None, sys.argv[2])
+params = SamplingParams(temperature=1.0, max_new_tokens=12, logprobs=True, seed=11)
+with client.leased(sys.argv[1], 0) as engine:
+    out = engine.generate([GenerationRequest(messages=[{"role": "user", "content": "Name 2 colours."}])], params)
+print(json.dumps({"ids": out[0].token_ids, "error": out[0].error, "state": client.state()["replicas"]}))
+"""
+
+
+def test_a_worker_process_reaches_the_service_by_its_published_address_and_key(
+    service: EngineService, tiny_model_dir: str
+) -> None:
+    published = json.loads(service_file(RUN, STORE).read_text())
+    assert published["url"] == service.url and published["pid"] == os.getpid()
+    assert oct(service_file(RUN, STORE).stat().st_mode & 0o777) == "0o600"  # the key: this user's alone
+    assert find_service(RUN, STORE, None) is None  # the owner's own process leases the service itself
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, RUN, tiny_model_dir, STORE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    with service.leased(tiny_model_dir) as engine:
+        (here,) = engine.generate(
+            [GenerationRequest(messages=[{"role": "user", "content": "Name 2 colours."}])], SAMPLED
+        )
+    assert answer["error"] is None and answer["ids"] == here.token_ids and len(answer["state"]) == 2
+    with pytest.raises(ModelError, match="refused the API key"):
+        EngineClient(service.url, "not-the-key").state()
+
+
+def test_a_lease_on_another_checkpoint_waits_then_every_replica_reloads_in_place(
+    service: EngineService, tiny_model_dir: str, moved_model: str
+) -> None:
+    base = service.hold(tiny_model_dir, "test:base")
+    assert base is not None
+    assert service.hold(moved_model, "test:moved", wait_s=1.5) is None  # the base checkpoint is held
+    got: list[str | None] = []
+    waiting = threading.Thread(target=lambda: got.append(service.hold(moved_model, "test:moved", wait_s=300)))
+    waiting.start()
+    service.unhold(base)
+    waiting.join(timeout=300)
+    assert got and got[0] is not None
+    swaps = service.take_swaps()
+    assert sorted((s.replica, s.method) for s in swaps) == [(0, "reload"), (1, "reload")], swaps
+    assert service.model_ref == f"vllm:{Path(moved_model).name}"
+    service.unhold(got[0])
+    # A holder that died (a killed worker) does not keep the checkpoint: its lease goes with it.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lease = service.hold(moved_model, f"{os.uname().nodename}:{dead.stdout.strip()}")
+    assert lease is not None and service.hold(tiny_model_dir, "test:base", wait_s=60) is not None
 
 
 def test_a_missing_engine_is_one_line_naming_the_make_target(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,21 +334,29 @@ def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMG
     assert engine.restarts == restarts + 1 and engine.swaps[-1].method == "restart"
 
 
-def test_the_trainers_turn_stops_the_cpu_engine_and_closing_leaves_nothing_behind(engine: VLLMGenerator) -> None:
+def test_the_trainers_turn_stops_the_cpu_replicas_and_closing_leaves_nothing_behind(
+    service: EngineService, engine: VLLMGenerator
+) -> None:
     # The module's last test. With orchestration.generator_during_update: released the flow holds a device turn
-    # around the update (on a CPU too): a CPU engine has no sleep mode, so it is stopped — its whole process
-    # group, its temporary files and its socket directory — and closing it removes its model views as well.
+    # around the update (on a CPU too): a CPU engine has no sleep mode, so each replica is stopped — its whole
+    # process group, its temporary files and its socket directory (tests/test_engine_lifecycle.py checks a GPU's
+    # sleep and wake) — and closing the service removes the model views, the published file and the router.
     assert engine.server is not None and engine.server.proc is not None and not engine.sleeps
-    group, tmp, views = engine.server.proc.pid, engine._tmp, [Path(v) for v in engine._views.values()]
-    sockets = engine._sockets
+    groups = [r.generator.server.proc.pid for r in service.replicas]
+    tmp, sockets, views = engine._tmp, engine._sockets, [Path(v) for v in engine._views.values()]
     assert tmp is not None and tmp.is_dir() and tmp.is_relative_to(cache_dir())  # the engine's files stay there
     assert sockets is not None and oct(sockets.stat().st_mode & 0o777) == "0o700"  # this user's alone
     assert views and all(v.is_dir() and v.is_relative_to(cache_dir()) for v in views)  # the tied model's view
     assert load_config("tiny", overrides=["orchestration.generator_during_update=released"]).orchestration.takes_turns(
         "cpu"
     )
-    assert engine.sleep() == "stopped"
-    left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
-    assert left == [] and not tmp.exists() and not sockets.exists()
-    engine.close()
-    assert not any(v.exists() for v in views)
+    with service._changed:
+        service._holds.clear()  # the leases the tests above kept
+    with service.turn():
+        left = [subprocess.run(["pgrep", "-g", str(g)], capture_output=True, text=True).stdout.split() for g in groups]
+        assert left == [[], []] and service.turns_taken[-2:] == ["stopped", "stopped"]
+        assert not tmp.exists() and not sockets.exists()
+    service.close()
+    assert not any(v.exists() for v in views) and not service_file(RUN, STORE).exists()
+    with pytest.raises(OSError):
+        EngineClient(service.url, service.key).call("GET", "/state", timeout_s=5)

@@ -15,6 +15,7 @@ from spade_core.designer.corpus import CorpusError
 from spade_core.llm.base import ModelError
 from spade_core.pipeline.run_config import resolve_config
 from spade_core.store.artifacts import Store, StoreError
+from spade_core.store.runlock import RunLocked
 from spade_core.store.schemas import SchemaError
 
 PresetOpt = Annotated[str, typer.Option("--preset", help="Config preset from data/configs/ (tiny, gpu-1x, gpu-8x).")]
@@ -35,7 +36,8 @@ def open_store(cfg: SpadeConfig) -> Store:
 
 
 def clean_errors[F: Callable[..., Any]](fn: F) -> F:
-    """Turn a bad config, path, store or missing sandbox into one line on stderr and exit code 2."""
+    """Turn a bad config, path, store, missing sandbox or a run id in use into one line on stderr and exit
+    code 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -49,6 +51,7 @@ def clean_errors[F: Callable[..., Any]](fn: F) -> F:
             ModelError,
             CorpusError,
             FileNotFoundError,
+            RunLocked,
         ) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None

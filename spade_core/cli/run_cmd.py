@@ -30,6 +30,7 @@ from spade_core.pipeline.status import stage_names as stages_for
 from spade_core.report.summary import generation_summary, summary_markdown
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord, list_markers
+from spade_core.store.runlock import RunLock
 
 if TYPE_CHECKING:
     from flows.report import ProgressEvent
@@ -165,14 +166,15 @@ def run(
     cfg = resolve(preset, config, overrides, store)
     st = open_store(cfg)
     run_id = run_id or time.strftime("run-%Y%m%d-%H%M%S")
-    _bind(st, run_id, cfg)
-    _quiet_prefect(verbose)
-    from flows.spade import spade_run  # Prefect loads only for the commands that run a flow
+    with RunLock(st, run_id):  # another run of this run id: one line, before anything is written
+        _bind(st, run_id, cfg)
+        _quiet_prefect(verbose)
+        from flows.spade import spade_run  # Prefect loads only for the commands that run a flow
 
-    typer.echo(f"run {run_id}: generations 1..{generations}, store {st.base}, config {cfg.config_hash()}", err=True)
-    summaries = _run_flow(
-        spade_run, run_id=run_id, generations=generations, overrides=overrides or [], store=cfg.store.root
-    )
+        typer.echo(f"run {run_id}: generations 1..{generations}, store {st.base}, config {cfg.config_hash()}", err=True)
+        summaries = _run_flow(
+            spade_run, run_id=run_id, generations=generations, overrides=overrides or [], store=cfg.store.root
+        )
     if not summaries:
         typer.echo(f"run {run_id}: generations 1..{generations} were already complete", err=True)
         summaries = [stored_summary(cfg, st, run_id, g) for g in range(1, generations + 1)]
@@ -193,20 +195,21 @@ def resume(
     """Finish the run's first incomplete generation with its stored config (completed stages are reused)."""
     cfg = stored_config(run_id, store, overrides)
     st = open_store(cfg)
-    _bind(st, run_id, cfg)
-    gen = next_generation(st, cfg, run_id)
-    if gen > 1 and gen not in run_status(st, cfg, run_id):  # the markers alone say what was started
-        typer.echo(
-            f"run {run_id}: generations 1..{gen - 1} are complete; nothing to resume "
-            f"(add generations with: spade run --run-id {run_id} --generations {gen})",
-            err=True,
-        )
-        return
-    _quiet_prefect(verbose)
-    from flows.spade import spade  # Prefect loads only for the commands that run a flow
+    with RunLock(st, run_id):
+        _bind(st, run_id, cfg)
+        gen = next_generation(st, cfg, run_id)
+        if gen > 1 and gen not in run_status(st, cfg, run_id):  # the markers alone say what was started
+            typer.echo(
+                f"run {run_id}: generations 1..{gen - 1} are complete; nothing to resume "
+                f"(add generations with: spade run --run-id {run_id} --generations {gen})",
+                err=True,
+            )
+            return
+        _quiet_prefect(verbose)
+        from flows.spade import spade  # Prefect loads only for the commands that run a flow
 
-    typer.echo(f"run {run_id}: resuming generation {gen} (store {st.base})", err=True)
-    summary = _run_flow(spade, run_id=run_id, gen=gen, overrides=overrides or [], store=cfg.store.root)
+        typer.echo(f"run {run_id}: resuming generation {gen} (store {st.base})", err=True)
+        summary = _run_flow(spade, run_id=run_id, gen=gen, overrides=overrides or [], store=cfg.store.root)
     _print_summaries([summary], st, run_id, as_json)
 
 

@@ -16,8 +16,7 @@ from typing import Annotated
 import typer
 
 from spade_core.cli.common import StoreOpt, clean_errors, open_store
-from spade_core.config import StoreConfig
-from spade_core.pipeline.run_config import stored_config
+from spade_core.pipeline.run_config import store_root, stored_config
 from spade_core.pipeline.status import (
     engine_faults,
     generation_complete,
@@ -88,7 +87,7 @@ def verify(
 
     Example: spade verify demo --repair && spade resume demo
     """
-    st = Store(store or StoreConfig().root)
+    st = Store(store_root(store))
     scan = scan_markers(st, run_id)
     markers = scan.records
     if not markers and not scan.bad:

@@ -24,9 +24,28 @@ from spade_core.train.launch import check_accelerate_config
 DEFAULT_PRESET = "tiny"
 
 
+def store_root(store: str | None) -> str:
+    """The store root a command was given (None: the default).
+
+    >>> store_root(None), store_root("s3://b/p")
+    ('./spade-store', 's3://b/p')
+    >>> store_root("  ")
+    Traceback (most recent call last):
+    ...
+    spade_core.config.ConfigError: --store '  ' is empty: give a directory or s3://bucket/prefix (none: ./spade-store)
+    """
+    if store is None:
+        return StoreConfig().root
+    if not store.strip():
+        raise ConfigError(
+            f"--store {store!r} is empty: give a directory or s3://bucket/prefix (none: {StoreConfig().root})"
+        )
+    return store
+
+
 def _items(overrides: list[str] | tuple[str, ...] | None, store: str | None) -> list[str]:
     """The overrides, with the store root as one more."""
-    return [*(overrides or []), *([f"store.root={store}"] if store else [])]
+    return [*(overrides or []), *([f"store.root={store_root(store)}"] if store is not None else [])]
 
 
 def resolve_config(
@@ -45,7 +64,7 @@ def stored_config(run_id: str, store: str | None = None, overrides: list[str] | 
     Raises:
         FileNotFoundError: the store has no such run; names the store and the file looked for.
     """
-    probe = Store(store or StoreConfig().root)
+    probe = Store(store_root(store))
     cfg = load_run_config(probe, run_id, _items(overrides, store))
     if cfg is None:
         if probe.fs.glob(f"{probe.run_dir(run_id)}/gen=*/stages/*.json"):
@@ -67,7 +86,7 @@ def flow_config(
     A bad value is a one-line :class:`ConfigError`."""
     items = _items(overrides, store)
     if config is None:
-        stored = load_run_config(Store(store or StoreConfig().root), run_id, items)
+        stored = load_run_config(Store(store_root(store)), run_id, items)
         return stored if stored is not None else load_config(DEFAULT_PRESET, None, items)
     if config in available_presets():
         return load_config(config, None, items)
