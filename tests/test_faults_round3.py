@@ -8,6 +8,7 @@ result — each case a test that failed before its fix.
 - Two runs on one run id: the second is refused in one line naming the holder (local and S3); a killed
   run's lock is taken over.
 - ``--store ""``: one line, not the default store.
+- A 5 MB document with no whitespace: cut to the characters its word budget allows, not designed from whole.
 """
 
 from __future__ import annotations
@@ -259,3 +260,17 @@ def test_an_empty_store_is_one_line_not_the_default_store(command: list[str]) ->
     assert done.stderr.strip().splitlines() == [
         "error: --store '' is empty: give a directory or s3://bucket/prefix (none: ./spade-store)"
     ]
+
+
+def test_a_huge_single_line_document_is_bounded_in_characters_too(tmp_path: Path) -> None:
+    import json
+
+    from spade_core.designer.corpus import CHARS_PER_WORD, document_id, sample_documents
+
+    blob = "a" * 5_000_000  # 5 MB, no whitespace: one "word"
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"text": blob}) + "\n" + json.dumps({"text": "a short lead of five words"}) + "\n")
+    docs = sample_documents(str(corpus), 2, seed=0, max_words=300)
+    huge = docs[docs["doc_id"] == document_id(blob)].iloc[0]
+    assert len(huge["text"]) == 300 * CHARS_PER_WORD and huge["n_words"] == 1  # its id is still the whole text's
+    assert "a short lead of five words" in set(docs["text"])

