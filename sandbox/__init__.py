@@ -21,8 +21,9 @@ Covered:
   cgroups (fork bombs, OOM -> ``memory``), RLIMIT_NPROC otherwise, RLIMIT_CPU, a wall-clock limit per
   jail and a timeout per call (-> ``timeout``); the jail is killed whole, nothing outlives ``close()``.
 - The protocol: replies travel on private duplicates of the pipes; the environment's fd 0/1 are
-  /dev/null and stderr, ``sys.stdout`` is a capped buffer, and frames are length-prefixed and size-capped
-  (-> ``output_limit``), so prints cannot corrupt or forge a frame; patching ``json`` or ``struct`` from
+  /dev/null and stderr, ``sys.stdout`` is a capped buffer (a call that prints over 1 MiB fails at once,
+  -> ``output_limit``), and frames are length-prefixed and size-capped (-> ``output_limit``), so prints
+  cannot corrupt or forge a frame; patching ``json`` or ``struct`` from
   inside does not reach the host's private references.
 - Results: every failure is a classified :class:`~sandbox.jail.CallResult`, never an exception in the
   pipeline, its ``error_type`` one of the taxonomy in :mod:`sandbox.outcome` (an unknown name in a reply

@@ -58,7 +58,7 @@ ERROR_MEANINGS: dict[ErrorType, str] = {
     "exception": "the environment or program raised, or its process exited before replying",
     "timeout": "a call's timeout, the jail's wall-clock limit or its CPU-seconds limit ran out",
     "memory": "the memory limit was hit: MemoryError, or a SIGKILL from the memory cgroup",
-    "output_limit": "a reply frame was over the size cap",
+    "output_limit": "a reply frame was over the size cap, or the environment printed over 1 MiB in one call",
     "jail_error": "the jail itself failed: it did not start, sent a broken frame or was already down",
     # the validator's checks
     "trivial": "empty or random actions reach full reward",

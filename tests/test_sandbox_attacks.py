@@ -215,10 +215,28 @@ def test_huge_observation_is_output_limit() -> None:
     assert first_obs(env('return "x" * 10_000_000, {}')) == (None, "output_limit")
 
 
-def test_endless_printing_is_capped_and_times_out() -> None:
+def test_endless_printing_is_output_limit_at_once() -> None:
     code = env('return "go", {}', 'while True:\n    print("spam" * 1000)')
     result = validate_code(code, FAST)
-    assert result.error_type == "timeout"
+    assert result.error_type == "output_limit"
+
+
+def test_printing_a_gigabyte_fails_the_call_even_when_the_environment_catches_it() -> None:
+    # The probe's case: 1 GB printed passed validation after 52 s. Now a call that prints over 1 MiB is
+    # output_limit, at the first write past the cap, and catching the exception does not save it.
+    printing = """
+        for _ in range(1000):
+            try:
+                print("x" * 1_000_000)
+            except BaseException:
+                pass
+        return "obs", 0.0, True, False, {}
+    """
+    code = env('return "go", {}', printing)
+    with EnvSession(code, call_timeout_s=5.0) as session:
+        assert session.open().ok and session.reset(0).ok
+        result = session.step("a")
+    assert (result.ok, result.error_type) == (False, "output_limit"), result
 
 
 def test_nan_reward_is_contract_error() -> None:

@@ -29,6 +29,7 @@ import sys
 import traceback
 
 MAX_CAPTURE = 2000
+MAX_PRINTED = 1 << 20  # characters an environment may print in one call; beyond it the call is output_limit
 # The widest reward the host passes on: the authors' smoke-test range (spade_core.envs.validate.SMOKE_REWARD_RANGE).
 REWARD_LIMIT = 10.0
 MODULE_NAME = "spade_generated_env"
@@ -63,9 +64,14 @@ def _arm_cpu_limit():
         pass
 
 
+class OutputLimitExceeded(BaseException):
+    """The environment printed over :data:`MAX_PRINTED` characters in one call (a BaseException: an
+    environment's ``except Exception`` does not swallow it)."""
+
+
 class _CappedStdout(io.TextIOBase):
     def __init__(self):
-        self.parts, self.size, self.dropped = [], 0, 0
+        self.parts, self.size, self.dropped, self.exceeded = [], 0, 0, False
 
     def writable(self):
         return True
@@ -77,13 +83,16 @@ class _CappedStdout(io.TextIOBase):
             self.parts.append(text[:room])
             self.size += min(len(text), room)
         self.dropped += max(0, len(text) - max(room, 0))
+        if self.size + self.dropped > MAX_PRINTED:
+            self.exceeded = True  # kept even if the environment catches the exception: the call fails
+            raise OutputLimitExceeded()
         return len(text)
 
     def take(self):
         out = "".join(self.parts)
         if self.dropped:
             out += "...[%d chars dropped]" % self.dropped
-        self.parts, self.size, self.dropped = [], 0, 0
+        self.parts, self.size, self.dropped, self.exceeded = [], 0, 0, False
         return out
 
 
@@ -310,6 +319,8 @@ def handle(host, request):
         return {"ok": False, "error_type": "memory", "message": "MemoryError in %s" % op}
     except CpuLimitExceeded:
         return {"ok": False, "error_type": "timeout", "message": "%s: the jail's CPU-seconds limit is spent" % op}
+    except OutputLimitExceeded:
+        return _printed_too_much(op)
     except BaseException as exc:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return {
@@ -318,6 +329,10 @@ def handle(host, request):
             "message": "%s in %s: %s" % (type(exc).__name__, op, _short(str(exc), 300)),
             "traceback": "".join(tb[-3:])[-1500:],
         }
+
+
+def _printed_too_much(op):
+    return {"ok": False, "error_type": "output_limit", "message": "%s: printed over %d characters" % (op, MAX_PRINTED)}
 
 
 def main():
@@ -334,6 +349,8 @@ def main():
     host = Host()
 
     def send(message):
+        if capture.exceeded and message.get("ok"):  # the environment caught OutputLimitExceeded and went on
+            message = _printed_too_much("call")
         message["stdout"] = capture.take()
         try:
             # ensure_ascii=False so that "replace" really replaces lone surrogates from the environment
