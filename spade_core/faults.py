@@ -95,7 +95,15 @@ def _describe(exc: BaseException) -> str | None:
     return _describe_other(exc)
 
 
+class SaidFault(RuntimeError):
+    """A failure whose message is already the one line to show (the trainer subprocess's: its step, its cause
+    and where its whole output is); a store fault it was raised from (``__cause__``) still makes it
+    permanent for the retries."""
+
+
 def _describe_other(exc: BaseException) -> str | None:
+    if isinstance(exc, SaidFault):
+        return str(exc)
     name = type(exc).__name__
     module = type(exc).__module__ or ""
     if module.startswith("botocore") or module.startswith("aiobotocore"):

@@ -28,10 +28,13 @@ from spade_core.threads import passive_waits
 
 
 def _context(cfg: SpadeConfig, run_id: str, gen: int) -> GenerationContext:
+    from prefect.context import TaskRunContext
     from prefect.logging import get_run_logger
 
     logger = get_run_logger()
-    return GenerationContext(cfg, Store.from_config(cfg.store), run_id, gen, echo=logger.debug)
+    task_run = TaskRunContext.get()
+    attempt = max(1, int(task_run.task_run.run_count)) if task_run is not None else 1  # Prefect's tries so far
+    return GenerationContext(cfg, Store.from_config(cfg.store), run_id, gen, echo=logger.debug, attempt=attempt)
 
 
 @task(name="stage", cache_policy=NO_CACHE, persist_result=False)

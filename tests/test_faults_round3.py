@@ -9,6 +9,8 @@ result — each case a test that failed before its fix.
   run's lock is taken over.
 - ``--store ""``: one line, not the default store.
 - A 5 MB document with no whitespace: cut to the characters its word budget allows, not designed from whole.
+- A stage the flow ran again after a failure is counted in the summary (the trainer killed mid-step is
+  tests/test_train.py's: one line naming the step and the signal, its output in a log file).
 """
 
 from __future__ import annotations
@@ -274,3 +276,26 @@ def test_a_huge_single_line_document_is_bounded_in_characters_too(tmp_path: Path
     huge = docs[docs["doc_id"] == document_id(blob)].iloc[0]
     assert len(huge["text"]) == 300 * CHARS_PER_WORD and huge["n_words"] == 1  # its id is still the whole text's
     assert "a short lead of five words" in set(docs["text"])
+
+
+def test_a_stage_the_flow_ran_again_after_a_failure_is_counted_in_the_summary(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from spade_core.pipeline.context import GenerationContext
+    from spade_core.pipeline.stage import Stage, execute, finish
+    from spade_core.report.summary import summary_markdown
+
+    cfg = load_config("tiny", overrides=[f"store.root={tmp_path}"])
+    ctx = GenerationContext(cfg, Store(str(tmp_path)), RUN, 1)
+    stage = Stage("documents", lambda run, model: {})
+    first_try = execute(stage, ctx, {}, None)
+    third_try = execute(replace(stage, name="pool"), replace(ctx, attempt=3), {}, None)  # two failures before
+    assert "retries" not in first_try.info and third_try.info["retries"] == 2
+    shards = [execute(stage, replace(ctx, attempt=a), {}, None, shard) for shard, a in ((0, 2), (1, 1))]
+    assert finish(stage, ctx, shards).info["retries"] == 1  # a sharded stage's: its shards', summed
+    summary = {
+        "run_id": RUN, "gen": 1, "designs": 0, "valid": 0, "valid_rate": None, "envs": 0, "replayed": 0,
+        "episodes": 0, "win_rate": None, "regret": None, "diversity": None, "train_loss": None, "train_steps": 0,
+        "model_calls": 0, "stage_retries": 2, "stages": [],
+    }  # fmt: skip
+    assert "| stages run again after a failure | 2 |" in summary_markdown(summary)

@@ -456,3 +456,70 @@ def test_a_bf16_engine_gives_importance_weights_that_the_train_metrics_report(  
     low, high = float(metrics["tis_weight_min"].iloc[0]), float(metrics["tis_weight_max"].iloc[0])
     assert 0.0 <= low <= float(metrics["tis_weight_p50"].iloc[0]) <= high <= 2.0 and high > low
     assert 0.0 <= float(metrics["tis_clipped_fraction"].iloc[0]) <= 1.0
+
+
+def _trainer_of_this_process() -> int | None:
+    """The pid of a ``spade_core.train.step`` process that descends from this one (accelerate's child)."""
+    import os
+
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "spade_core.train.step" not in command or "accelerate" in command:
+            continue
+        pid = int(entry.name)
+        while pid > 1:
+            try:
+                pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                break
+            if pid == me:
+                return int(entry.name)
+    return None
+
+
+def test_a_killed_trainer_is_one_line_naming_its_step_and_the_signal(micro_frames, micro_model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+    import threading
+    import time
+
+    from spade_core.faults import fault_line, permanent
+    from spade_core.train.launch import TrainingError, training_log
+
+    store = Store(str(tmp_path))
+    _store_generation(store, micro_frames)
+    cfg = _cfg(str(tmp_path), model=micro_model_dir)
+    killed: list[int] = []
+
+    def kill_the_trainer() -> None:
+        deadline = time.monotonic() + 120
+        while not killed and time.monotonic() < deadline:
+            pid = _trainer_of_this_process()
+            if pid is not None:
+                time.sleep(1.0)  # it has started importing: killed mid-way, as the probe did
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.1)
+
+    threading.Thread(target=kill_the_trainer, daemon=True).start()
+    with pytest.raises(TrainingError) as failed:
+        launch_training(cfg, store, RUN, GEN, 0)
+    line = str(failed.value)
+    log = training_log(RUN, GEN, 0)
+    assert killed and line == (
+        f"training of run {RUN} gen {GEN} step 0 failed: the trainer was killed by SIGKILL (its whole output: {log})"
+    )
+    assert log.is_file()  # the whole trace is kept there
+    assert fault_line(failed.value) == f"error: {line}"  # what `spade run` prints: this one line
+    assert not permanent(failed.value)  # a killed trainer may be retried; a full disk is not:
+    full = OSError(28, "No space left on device")
+    try:
+        raise TrainingError("training of run t gen 2 step 0 failed: OSError: [Errno 28] No space left") from full
+    except TrainingError as exc:
+        assert permanent(exc)

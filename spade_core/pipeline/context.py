@@ -58,6 +58,7 @@ class GenerationContext:
     written: list[WrittenFile] = field(default_factory=list)  # every file written by this execution
     reads: frozenset[str] | None = None  # the tables this execution may read (None: outside a stage)
     writes: frozenset[str] | None = None  # the tables this execution may write (None: outside a stage)
+    attempt: int = 1  # which try of the stage this is (the flow retries a stage that failed)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -94,6 +95,7 @@ class GenerationContext:
             policy_step,
             reads=None if reads is None else frozenset(reads),
             writes=None if writes is None else frozenset(writes),
+            attempt=self.attempt,
         )
 
     def _declared(self, table: str, how: str) -> None:

@@ -257,8 +257,9 @@ def _resumable(
         seconds=round(time.perf_counter() - started, 3),
         model_calls=model.calls,
         model_requests=model.requests,
-        # the weight swaps are how this stage got (and kept) its model, not what it computed: out of the digest
-        info={**info, "weight_swaps": swaps} if swaps else info,
+        # the weight swaps (how this stage got and kept its model) and the tries it took (a failed one retried)
+        # are not what it computed: out of the digest
+        info={**info, **({"weight_swaps": swaps} if swaps else {}), **_retries(ctx.attempt)},
         started_at=started_at,
         finished_at=now(),
         policy_step=policy_step,
@@ -275,7 +276,16 @@ def _rows(written: Any) -> dict[str, int]:
 
 
 # Counts a shard reports in its info that the whole stage reports summed (a rollout's failed model calls).
-SUMMED_INFO = ("model_errors", "model_retries")
+SUMMED_INFO = ("model_errors", "model_retries", "retries")
+
+
+def _retries(attempt: int) -> dict[str, int]:
+    """``{"retries": n}`` for the ``attempt``-th try of a stage (the flow retried it after n failures).
+
+    >>> _retries(1), _retries(3)
+    ({}, {'retries': 2})
+    """
+    return {"retries": attempt - 1} if attempt > 1 else {}
 
 
 def _sum_counts(shards: list[StageRecord]) -> dict[str, int]:

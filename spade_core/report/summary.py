@@ -83,6 +83,8 @@ def generation_summary(
         "model_retries": sum(int(r.info.get("model_retries", 0)) for r in rollouts),
         # the engine replaced while stages used it (a replica died or hung): the cause of each replacement
         "engine_faults": engine_faults(r for r in records.values() if r.status == "ran"),
+        # stages that failed and were run again by the flow (a killed trainer, a lost connection)
+        "stage_retries": sum(int(r.info.get("retries", 0)) for r in records.values() if r.status == "ran"),
         "win_rate": _mean(played["win_rate"]),
         "regret": _mean(played["regret"]),
         "designer_variant": variant_of(read_config(store, run_id)[1]),
@@ -153,6 +155,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"| plays failed in the model call, left out (retried) | {summary.get('model_errors', 0)} "
         f"({summary.get('model_retries', 0)}) |",
         f"| engine replaced after a fault (first cause) | {_faults(summary.get('engine_faults') or [])} |",
+        f"| stages run again after a failure | {summary.get('stage_retries', 0)} |",
         f"| mean win rate | {num(summary['win_rate'])} |",
         f"| mean regret | {num(summary['regret'])} |",
         f"| designer reward (trained): mean ± std (designs kept) | {trained} |",

@@ -11,6 +11,8 @@ another machine with ``spade train --run-id R --gen G --step K``.
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,8 @@ from typing import Any
 
 from spade_core.config import ConfigError
 from spade_core.devices import training_env
+from spade_core.faults import SaidFault
+from spade_core.llm.embedded import cache_dir
 from spade_core.resources import data_dir
 from spade_core.steps import global_step
 from spade_core.store.artifacts import Store
@@ -32,8 +36,60 @@ from spade_core.train.grpo import trains_on_cpu
 ACCELERATE_DIR = data_dir("accelerate")
 
 
-class TrainingError(RuntimeError):
-    """The training subprocess failed; the message carries the last lines of its output."""
+class TrainingError(SaidFault):
+    """The training subprocess failed: one line naming the step, the cause (:func:`failure_cause`) and the
+    file that holds its whole output; raised from an ``OSError`` when the cause is one (a full disk is
+    permanent: not retried)."""
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(?P<text>.*))?$")
+_ERRNO = re.compile(r"^\[Errno (?P<errno>\d+)\] (?P<strerror>[^:]+)(?::\s*'(?P<filename>[^']*)')?")
+_SIGNAL = re.compile(r"Signals\.(?P<name>SIG[A-Z]+)|signal (?P<num>\d+)|exitcode\s*:\s*-(?P<neg>\d+)")
+
+
+def failure_cause(code: int, lines: list[str]) -> tuple[str, OSError | None]:
+    """Why the trainer exited with ``code``, in one line, from its output's ``lines``: the signal that killed
+    it, else the last exception line (never a warning's), else its last line; and the ``OSError`` the cause
+    is, if it is one.
+
+    >>> failure_cause(1, ["FutureWarning: x is deprecated", "OSError: [Errno 28] No space left on device: '/s/a'"])
+    ("OSError: [Errno 28] No space left on device: '/s/a'", OSError(28, 'No space left on device'))
+    >>> failure_cause(1, ["...", "ChildFailedError: died with <Signals.SIGKILL: 9>", "UserWarning: late"])[0]
+    'the trainer was killed by SIGKILL'
+    >>> failure_cause(-9, [])[0]
+    'the trainer was killed by SIGKILL'
+    """
+    if code < 0:
+        return f"the trainer was killed by {_signal_name(-code)}", None
+    for line in reversed(lines):
+        found = _SIGNAL.search(line)
+        if found and ("died" in line or "signal" in line.lower()):
+            name = found["name"] or _signal_name(int(found["num"] or found["neg"]))
+            return f"the trainer was killed by {name}", None
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match and "Warning" not in match["name"]:
+            errno_match = _ERRNO.match(match["text"] or "")
+            error = None
+            if match["name"] in ("OSError", "IOError", "PermissionError") and errno_match:
+                error = OSError(int(errno_match["errno"]), errno_match["strerror"].strip())
+                error.filename = errno_match["filename"]
+            return line.strip()[:300], error
+    rest = [line.strip() for line in lines if line.strip() and "Warning" not in line]
+    return (rest[-1][:300] if rest else f"exit code {code}"), None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def training_log(run_id: str, gen: int, step: int) -> Path:
+    """Where the whole output of one update's trainer goes: ``<cache>/logs/<run_id>/train-g<gen>-s<step>.log``."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
+    return cache_dir() / "logs" / safe / f"train-g{gen}-s{step}.log"
 
 
 @dataclass
@@ -215,12 +271,15 @@ def launch_training(
     A no-op (``skipped_reason`` set, no checkpoint) when ``training.enabled`` is false.
 
     Raises:
-        TrainingError: the subprocess exited non-zero (the message ends with its last output lines).
+        TrainingError: the subprocess exited non-zero: one line naming the step and the cause; its whole
+            output is in :func:`training_log`.
     """
     if not cfg.training.enabled:
         return TrainSummary(run_id, gen, None, global_step(cfg, gen, step), skipped_reason="training.enabled is false")
     started = time.perf_counter()
-    tail: deque[str] = deque(maxlen=25)
+    tail: deque[str] = deque(maxlen=200)
+    log = training_log(run_id, gen, step)
+    log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="spade-train-") as tmp:
         config_file = os.path.join(tmp, "config.yaml")  # every process of the launch reads it
         Path(config_file).write_text(cfg.to_yaml())
@@ -233,16 +292,20 @@ def launch_training(
             **training_env(cfg),
             **accelerate_env(cfg),
         }
-        with subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
-        ) as proc:
+        with (
+            open(log, "w", encoding="utf-8") as out,
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc,
+        ):
             for line in proc.stdout or ():
+                out.write(line)
                 tail.append(line.rstrip())
                 if echo is not None:
                     echo(line.rstrip())
             code = proc.wait()
     if code != 0:
-        raise TrainingError(f"training of run={run_id} gen={gen} step={step} failed (exit {code}):\n" + "\n".join(tail))
+        cause, error = failure_cause(code, list(tail))
+        line = f"training of run {run_id} gen {gen} step {step} failed: {cause} (its whole output: {log})"
+        raise TrainingError(line) from error
     summary = TrainSummary.from_dict(read_marker(store, run_id, global_step(cfg, gen, step) + 1)["summary"])
     summary.seconds = time.perf_counter() - started
     return summary
