@@ -84,6 +84,8 @@ def permanent(exc: BaseException) -> bool:
 def _describe(exc: BaseException) -> str | None:
     if not isinstance(exc, OSError):
         return _describe_other(exc)
+    if refused := s3_refusal(exc):
+        return refused
     if _S3_CODE.search(str(exc)) and (exc.errno == errno.EIO or exc.errno not in _ERRNO_ADVICE):
         return s3_error_line(exc)  # S3's answer after the retries, not a disk's
     if isinstance(exc, OSError) and exc.errno in _ERRNO_ADVICE:
@@ -111,6 +113,22 @@ def _describe_other(exc: BaseException) -> str | None:
     if name in ("ArrowInvalid", "ArrowIOError") or "magic bytes" in str(exc).lower():
         return f"a stored file is damaged ({_first_line(exc)}); find it with `spade verify RUN --deep --repair`"
     return None
+
+
+def s3_refusal(exc: BaseException) -> str | None:
+    """The line for S3's bare 403 (s3fs raises it as ``PermissionError`` with no number and no message, which
+    reads ``[Errno None] None: 's3://…'``), or None for any other error.
+
+    >>> s3_refusal(PermissionError(None, None, "s3://denied/store/runs"))
+    "S3 refused access (403) to s3://denied/store/runs; check the bucket's policy and the credentials"
+    >>> s3_refusal(PermissionError(13, "Permission denied", "/s/x")) is None
+    True
+    """
+    if not isinstance(exc, PermissionError) or exc.errno is not None or not str(exc.filename or "").startswith("s3://"):
+        return None
+    endpoint = getattr(exc, "endpoint", None)
+    where = f" at {endpoint}" if endpoint else ""
+    return f"S3{where} refused access (403) to {exc.filename}; check the bucket's policy and the credentials"
 
 
 _S3_CODE = re.compile(r"An error occurred \((?P<code>[^)]+)\) when calling the (?P<operation>\w+) operation")

@@ -11,6 +11,7 @@ result — each case a test that failed before its fix.
 - A 5 MB document with no whitespace: cut to the characters its word budget allows, not designed from whole.
 - A stage the flow ran again after a failure is counted in the summary (the trainer killed mid-step is
   tests/test_train.py's: one line naming the step and the signal, its output in a log file).
+- S3's bare 403 reads as access refused, naming the object, not ``[Errno None] None: 's3://…'``.
 """
 
 from __future__ import annotations
@@ -299,3 +300,30 @@ def test_a_stage_the_flow_ran_again_after_a_failure_is_counted_in_the_summary(tm
         "model_calls": 0, "stage_retries": 2, "stages": [],
     }  # fmt: skip
     assert "| stages run again after a failure | 2 |" in summary_markdown(summary)
+
+
+def test_s3_access_denied_reads_as_access_denied_not_errno_none(s3_endpoint: str) -> None:
+    import boto3
+    from flaky_s3 import FaultPlan, flaky_s3
+    from samples import frame
+
+    from spade_core.faults import fault_line
+    from spade_core.store.artifacts import StoreError
+
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="spade-round3-denied")
+    root = "s3://spade-round3-denied/store"
+    calm = FaultPlan(drop=0, lost=0, truncate=0, slowdown=0, unavailable=0, delay=0)
+    with flaky_s3(s3_endpoint, plan=calm, lifetime_s=60) as proxy:
+        store = Store(root, endpoint_url=proxy.url)
+        store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
+        path = store.table_files("hints", "r", 1)[0]
+        proxy.deny.add("spade-round3-denied")
+        for attempt in (lambda: store.read_bytes(path), lambda: store.fs.glob(f"{root}/runs/*")):
+            with pytest.raises(PermissionError) as denied:
+                attempt()
+            line = fault_line(denied.value)
+            assert line is not None and "refused access (403) to s3://spade-round3-denied/store" in line
+            assert "Errno None" not in line
+        with pytest.raises(StoreError) as unreachable:
+            Store(root, endpoint_url=proxy.url)
+        assert "refused access (403)" in str(unreachable.value) and "Errno None" not in str(unreachable.value)

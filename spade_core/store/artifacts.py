@@ -35,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spade_core.faults import s3_refusal
 from spade_core.hashing import short_hash
 from spade_core.store.fs import s3_filesystem
 from spade_core.store.schemas import SCHEMAS, TABLES, to_arrow
@@ -149,7 +150,8 @@ class Store:
             except FileNotFoundError:
                 raise StoreError(f"store root {root!r}: bucket {bucket!r} does not exist") from None
             except Exception as exc:  # botocore raises many kinds; report the first line
-                raise StoreError(f"store root {root!r} is not reachable: {str(exc).splitlines()[0]}") from None
+                said = s3_refusal(exc) or (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise StoreError(f"store root {root!r} is not reachable: {said}") from None
         elif "://" in root and not root.startswith("file://"):
             raise StoreError(f"store root {root!r}: only local paths and s3:// URLs are supported")
         else:
