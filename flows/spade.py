@@ -22,6 +22,7 @@ from flows.generation import design_chain, generation
 from flows.runners import task_runner_for
 from spade_core.config import ConfigError, SpadeConfig
 from spade_core.eval import evaluate_checkpoint
+from spade_core.pipeline.interrupt import rearmed
 from spade_core.pipeline.leases import process_pool
 from spade_core.pipeline.run_config import bind_run_config, flow_config
 from spade_core.pipeline.runner import run_generations
@@ -75,7 +76,7 @@ def spade(
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
-    with RunLock(st, run_id):  # one run at a time on a run id
+    with RunLock(st, run_id), rearmed(run_id):  # one run per run id; `spade resume` stops on a signal
         bind_run_config(st, run_id, cfg)
         gen = gen if gen is not None else next_generation(st, cfg, run_id)
         if gen < 1:
@@ -99,7 +100,7 @@ def spade_run(
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
-    with RunLock(st, run_id):  # one run at a time on a run id
+    with RunLock(st, run_id), rearmed(run_id):  # one run per run id; `spade run` stops on a signal
         bind_run_config(st, run_id, cfg)
         logger = get_run_logger()
         todo = incomplete_generations(st, cfg, run_id, generations)

@@ -12,6 +12,8 @@ result — each case a test that failed before its fix.
 - A stage the flow ran again after a failure is counted in the summary (the trainer killed mid-step is
   tests/test_train.py's: one line naming the step and the signal, its output in a log file).
 - S3's bare 403 reads as access refused, naming the object, not ``[Errno None] None: 's3://…'``.
+- SIGTERM to ``spade run``: stops within seconds, ends every process it started, gives the lock back and
+  says how to resume, in one line.
 """
 
 from __future__ import annotations
@@ -327,3 +329,59 @@ def test_s3_access_denied_reads_as_access_denied_not_errno_none(s3_endpoint: str
         with pytest.raises(StoreError) as unreachable:
             Store(root, endpoint_url=proxy.url)
         assert "refused access (403)" in str(unreachable.value) and "Errno None" not in str(unreachable.value)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_sigterm_stops_a_run_within_seconds_leaves_nothing_running_and_says_how_to_resume(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from test_resume import OVERRIDES, REPO, spade_command, spade_env
+
+    from spade_core.pipeline.interrupt import descendants
+    from spade_core.store.markers import read_marker
+    from spade_core.store.runlock import read_holder
+
+    store = Store(str(tmp_path / "store"))
+    command = spade_command(
+        "run", "--run-id", "stop", "--store", store.base, *[a for o in OVERRIDES for a in ("--set", o)]
+    )
+    log = tmp_path / "run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, cwd=REPO, env=spade_env(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 400
+        while read_marker(store, "stop", 1, "documents") is None and proc.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the design stage: the model loading, jails starting
+        running = descendants(proc.pid)  # Prefect's temporary server among them
+        assert running, "the run started no process of its own"
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = log.read_text().strip().splitlines()
+    assert code == 128 + signal.SIGTERM and took < 15, (code, took, lines[-5:])
+    assert lines[-1] == "SIGTERM: stopping run stop; what finished is kept — continue with: spade resume stop"
+    left = {pid: _process_line(pid) for pid in running if _process_line(pid) is not None}
+    assert left == {}, left
+    assert read_holder(store, "stop") is None  # the run's lock is given back
+    assert read_marker(store, "stop", 1, "documents") is not None  # what finished is kept
+
+
+def _process_line(pid: int) -> str | None:
+    """``state command`` of a live process, or None when it has ended (a zombie has ended: only init's
+    reaping is left)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    return None if state == "Z" else f"{state} {command[:200]}"

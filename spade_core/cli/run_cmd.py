@@ -24,6 +24,7 @@ import typer
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.config import SpadeConfig
 from spade_core.faults import debugging
+from spade_core.pipeline.interrupt import stopped_by_signals
 from spade_core.pipeline.run_config import RunConfigMismatch, bind_run_config, stored_config
 from spade_core.pipeline.status import next_generation, run_status
 from spade_core.pipeline.status import stage_names as stages_for
@@ -166,7 +167,7 @@ def run(
     cfg = resolve(preset, config, overrides, store)
     st = open_store(cfg)
     run_id = run_id or time.strftime("run-%Y%m%d-%H%M%S")
-    with RunLock(st, run_id):  # another run of this run id: one line, before anything is written
+    with RunLock(st, run_id) as lock, stopped_by_signals(run_id, lock.release):  # one run per run id
         _bind(st, run_id, cfg)
         _quiet_prefect(verbose)
         from flows.spade import spade_run  # Prefect loads only for the commands that run a flow
@@ -195,7 +196,7 @@ def resume(
     """Finish the run's first incomplete generation with its stored config (completed stages are reused)."""
     cfg = stored_config(run_id, store, overrides)
     st = open_store(cfg)
-    with RunLock(st, run_id):
+    with RunLock(st, run_id) as lock, stopped_by_signals(run_id, lock.release):
         _bind(st, run_id, cfg)
         gen = next_generation(st, cfg, run_id)
         if gen > 1 and gen not in run_status(st, cfg, run_id):  # the markers alone say what was started
