@@ -14,6 +14,7 @@ result — each case a test that failed before its fix.
 - S3's bare 403 reads as access refused, naming the object, not ``[Errno None] None: 's3://…'``.
 - SIGTERM to ``spade run``: stops within seconds, ends every process it started, gives the lock back and
   says how to resume, in one line.
+- A table directory linked out of the store: no write or removal goes through it; ``spade sql`` names it.
 """
 
 from __future__ import annotations
@@ -385,3 +386,32 @@ def _process_line(pid: int) -> str | None:
     except OSError:
         return None
     return None if state == "Z" else f"{state} {command[:200]}"
+
+
+def test_a_table_directory_linked_out_of_the_store_is_never_written_through_and_sql_names_it(tmp_path: Path) -> None:
+    from samples import frame
+    from typer.testing import CliRunner
+
+    from spade_core.cli import app
+    from spade_core.store.artifacts import StoreError
+
+    store = Store(str(tmp_path / "store"))
+    store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    table = Path(store.path("tables", "hints"))
+    table.rename(outside / "hints")
+    table.symlink_to(outside / "hints")  # the probe's case: a table directory linked to a folder outside
+    before = sorted(p.name for p in (outside / "hints").rglob("*"))
+    with pytest.raises(StoreError, match=r"^refusing to write .*hints.* is a symbolic link to .*elsewhere"):
+        store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
+    with pytest.raises(StoreError, match="is a symbolic link"):
+        store.remove_dir(store.path("tables", "hints", "run=r"))
+    assert sorted(p.name for p in (outside / "hints").rglob("*")) == before  # nothing written or removed there
+    # spade sql names the link: read-only (the default) it refuses to read through it; with writes allowed it
+    # answers from the rest and says what it left out
+    refused = CliRunner().invoke(app, ["sql", "select count(*) as n from hints", "--store", store.base])
+    assert refused.exit_code == 1 and "symbolic link refused" in refused.stderr and str(table) in refused.stderr
+    done = CliRunner().invoke(app, ["sql", "select count(*) as n from hints", "--store", store.base, "--allow-write"])
+    assert done.exit_code == 0, done.output
+    assert f"warning: skipped {table}: a symbolic link out of the store's own files" in done.stderr

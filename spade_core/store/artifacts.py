@@ -228,8 +228,39 @@ class Store:
         return located
 
     # -- bytes --------------------------------------------------------------------------------------
+    def _writable(self, path: str) -> str:
+        """``path``, once it is known not to lead through a symbolic link out of this local store (checked
+        before anything is written or removed there; S3 has no links).
+
+        Raises:
+            StoreError: a directory on the way is a symbolic link.
+        """
+        if self.is_s3:
+            return path
+        absolute = os.path.abspath(path)
+        if os.path.realpath(absolute) != absolute and absolute.startswith(self.base.rstrip("/") + "/"):
+            chain = [Path(absolute), *Path(absolute).parents]
+            link = next((str(p) for p in chain if p.is_symlink()), absolute)
+            raise StoreError(
+                f"refusing to write {path!r}: {link!r} is a symbolic link to {os.path.realpath(link)!r}, outside the "
+                f"store's own files; replace the link with a directory (or move the data into the store)"
+            )
+        return path
+
+    def links_out(self) -> list[str]:
+        """The symbolic links among the store's tables (directories or files; a local store): what a reader
+        of this store does not read, since they lead out of its own files."""
+        if self.is_s3:
+            return []
+        found = []
+        for top, dirs, files in os.walk(self.path("tables"), followlinks=False):
+            found += [os.path.join(top, name) for name in [*dirs, *files] if os.path.islink(os.path.join(top, name))]
+        return sorted(found)
+
     def write_bytes(self, path: str, data: bytes) -> None:
-        """Atomically write ``data`` to ``path`` (temp + rename locally; one PUT on S3)."""
+        """Atomically write ``data`` to ``path`` (temp + rename locally; one PUT on S3), never through a
+        symbolic link (:meth:`_writable`)."""
+        self._writable(path)
         self._count("write")
         if self.is_s3:
             self.fs.pipe_file(path, data)
@@ -277,7 +308,7 @@ class Store:
         if not names:
             return
         local = [str(Path(local_dir, name)) for name in names]
-        remote = [f"{remote_dir.rstrip('/')}/{name}" for name in names]
+        remote = [self._writable(f"{remote_dir.rstrip('/')}/{name}") for name in names]
         if not self.is_s3:
             for path in {os.path.dirname(r) for r in remote}:
                 os.makedirs(path, exist_ok=True)
@@ -297,12 +328,14 @@ class Store:
 
     def remove_file(self, path: str) -> None:
         """Delete one file; a missing file is no error."""
+        self._writable(path)
         self._count("write")
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
 
     def remove_dir(self, path: str) -> None:
         """Delete the directory ``path`` and everything under it; a missing directory is no error."""
+        self._writable(path)
         self._count("list")
         if self.fs.exists(path):
             self._count("write")
