@@ -120,10 +120,18 @@ class Reporter:
             record.model_calls if record.status == "ran" else 0,
             len(self.done),
             len(self.stages),
-            tuple(engine_faults([record.model_copy(update={"shard": None})])) if record.status == "ran" else (),
+            _faults_of(record),
         )
         for listener in self.listeners:
             listener(event)
+
+
+def _faults_of(record: StageRecord) -> tuple[str, ...]:
+    """The engine's replacements while this stage or shard ran (a sharded stage's finish repeats its shards':
+    said once, with each shard)."""
+    if record.status != "ran" or "shards" in record.info:
+        return ()
+    return tuple(engine_faults([record.model_copy(update={"shard": None})]))
 
 
 def publish_summary(store: Store, summary: dict[str, Any], env_ids: list[str]) -> str:
