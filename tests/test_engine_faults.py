@@ -167,9 +167,12 @@ def test_a_rollout_whose_engine_core_is_killed_keeps_its_failed_plays_out_of_tra
     assert len(rows) == len(specs) and [r["seed"] for r in rows] == list(range(6))
     assert set(kinds) == {None, "model_error"}, kinds  # the plays in flight failed, the later ones played
     (swap,) = stage_swaps
+    # the cause: the server found dead, or (its shutdown slower than the probe's 2 s grace, under load) the
+    # probe answered with the EngineCore's own failure
     assert swap["method"] == "restart" and re.search(
-        r"the server died \(exit code 0\): .*EngineDeadError", swap["error"]
-    )
+        r"the server died \(exit code 0\): .*EngineDeadError|HTTP 500: .*EngineCore encountered an issue",
+        swap["error"],
+    ), swap
     assert processes_in(group) == []  # the old engine's whole group is gone
     samples, skipped = agent_samples(pd.DataFrame(rows).assign(condition="no_hint"))
     failed = {r["episode_id"] for r in rows if r["error_type"] == "model_error"}

@@ -52,7 +52,8 @@ def _spade(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 def test_a_full_disk_is_one_line_and_the_traceback_only_when_debugging(full_disk: Path) -> None:
     run = _spade("run", "--run-id", "x", "--store", str(full_disk))
     assert run.returncode == 1
-    line = f"error: no space left on device writing {full_disk}/runs/x/config.yaml; free space or use --store elsewhere"
+    # the run's first write is its lock (runs/x/run.lock), before its config
+    line = f"error: no space left on device writing {full_disk}/runs/x/run.lock; free space or use --store elsewhere"
     assert run.stderr.strip().splitlines()[-1] == line, run.stderr
     assert "Traceback" not in run.stderr
     debug = _spade("--debug", "run", "--run-id", "x", "--store", str(full_disk))

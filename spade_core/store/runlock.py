@@ -20,6 +20,7 @@ import secrets
 import socket
 import threading
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -94,6 +95,7 @@ class RunLock:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self.nested = False  # this process held the lock already: the outer hold writes and removes it
+        self._made: list[str] = []  # the directories of a local store the lock itself made (removed with it)
 
     def _write(self) -> None:
         self.store.write_text(self.path, json.dumps({**self.me, "heartbeat": time.time()}))
@@ -116,6 +118,9 @@ class RunLock:
             return
         if holder is not None and not stale(holder):
             raise self._refuse(holder)
+        if not self.store.is_s3:  # a run refused before it writes (a bad config) leaves no directory behind
+            run_dir = Path(self.store.run_dir(self.run_id))
+            self._made = [str(d) for d in (run_dir, run_dir.parent, run_dir.parent.parent) if not d.exists()]
         self._write()
         time.sleep(SETTLE_S)
         holder = read_holder(self.store, self.run_id)
@@ -144,9 +149,9 @@ class RunLock:
         holder = read_holder(self.store, self.run_id)
         if holder is not None and holder.get("token") == self.token:
             self.store.remove_file(self.path)
-            if not self.store.is_s3:  # a run that wrote nothing leaves no empty run directory to be listed
+            for directory in self._made:  # innermost first; only those still empty (the run wrote nothing)
                 with contextlib.suppress(OSError):
-                    os.rmdir(self.store.run_dir(self.run_id))
+                    os.rmdir(directory)
 
     def __enter__(self) -> RunLock:
         self.acquire()
