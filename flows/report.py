@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
-from spade_core.pipeline.status import engine_faults
+from spade_core.pipeline.status import restart_causes
 from spade_core.report.summary import summary_markdown, top_environments
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import StageRecord
@@ -129,9 +129,7 @@ class Reporter:
 def _faults_of(record: StageRecord) -> tuple[str, ...]:
     """The engine's replacements while this stage or shard ran (a sharded stage's finish repeats its shards':
     said once, with each shard)."""
-    if record.status != "ran" or "shards" in record.info:
-        return ()
-    return tuple(engine_faults([record.model_copy(update={"shard": None})]))
+    return tuple(restart_causes(record)) if record.status == "ran" and "shards" not in record.info else ()
 
 
 def publish_summary(store: Store, summary: dict[str, Any], env_ids: list[str]) -> str:

@@ -21,7 +21,6 @@ import pytest
 from spade_core.config import load_config
 from spade_core.llm.base import GenerationRequest, SamplingParams
 from spade_core.llm.engine_service import EngineService
-from spade_core.llm.vllm_server import VLLMGenerator
 
 STANDIN = Path(__file__).parent / "fixtures" / "standin_engine.py"
 
@@ -56,13 +55,7 @@ def calls(log: Path) -> list[str]:
 
 def test_the_trainers_turn_sleeps_the_engine_then_wakes_and_reloads_it(standin_cfg, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cfg, log = standin_cfg
-    service = EngineService(
-        cfg,
-        replicas=1,
-        factory=lambda c, path, devices, cores: VLLMGenerator(
-            c.model_copy(update={"name_or_path": path}), startup_timeout_s=60
-        ),
-    )
+    service = EngineService(cfg, replicas=1)  # its replica: the real VLLMGenerator on the stand-in
     try:
         step1 = checkpoint_copy(cfg.name_or_path, tmp_path / "step-1")
         with service.leased(cfg.name_or_path) as engine:
@@ -90,13 +83,7 @@ def test_the_trainers_turn_sleeps_the_engine_then_wakes_and_reloads_it(standin_c
 def test_without_sleep_mode_the_turn_stops_the_engine_and_the_next_lease_starts_it(standin_cfg) -> None:  # type: ignore[no-untyped-def]
     cfg, log = standin_cfg
     cfg = cfg.model_copy(update={"engine_sleep": False})
-    service = EngineService(
-        cfg,
-        replicas=1,
-        factory=lambda c, path, devices, cores: VLLMGenerator(
-            c.model_copy(update={"name_or_path": path}), startup_timeout_s=60
-        ),
-    )
+    service = EngineService(cfg, replicas=1)  # its replica: the real VLLMGenerator on the stand-in
     try:
         with service.leased(cfg.name_or_path):
             pass

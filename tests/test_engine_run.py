@@ -17,6 +17,7 @@ from test_resume import OVERRIDES, REPO, spade_command, spade_env
 from spade_core.config import StoreConfig
 from spade_core.llm.base import ModelError
 from spade_core.llm.engine_client import EngineClient, service_file
+from spade_core.processes import command_line, descendants, parents
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
 from spade_core.store.markers import read_marker
@@ -25,37 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.usefixtur
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 
 
-def processes() -> dict[int, tuple[int, str]]:
-    """Every process: pid -> (parent pid, command line)."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        table[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), command)
-    return table
-
-
 def engine_servers(root: int) -> set[int]:
     """The vLLM API servers descended from ``root`` (not their EngineCore children, which share the command)."""
-    table = processes()
-
-    def under(pid: int) -> bool:
-        while pid > 1:
-            if pid == root:
-                return True
-            pid = table.get(pid, (0, ""))[0]
-        return False
-
-    servers = set()
-    for pid, (parent, command) in table.items():
-        if ENGINE_MODULE in command and ENGINE_MODULE not in table.get(parent, (0, ""))[1] and under(pid):
-            servers.add(pid)
-    return servers
+    parent_of = parents()
+    return {
+        pid
+        for pid in descendants(root)
+        if ENGINE_MODULE in command_line(pid) and ENGINE_MODULE not in command_line(parent_of.get(pid, 0))
+    }
 
 
 def test_a_run_on_worker_processes_starts_one_engine_per_replica_and_evaluates_on_it(tmp_path: Path) -> None:

@@ -342,7 +342,7 @@ def test_sigterm_stops_a_run_within_seconds_leaves_nothing_running_and_says_how_
 
     from test_resume import OVERRIDES, REPO, spade_command, spade_env
 
-    from spade_core.pipeline.interrupt import descendants
+    from spade_core.processes import alive, command_line, descendants
     from spade_core.store.markers import read_marker
     from spade_core.store.runlock import read_holder
 
@@ -371,47 +371,7 @@ def test_sigterm_stops_a_run_within_seconds_leaves_nothing_running_and_says_how_
     lines = log.read_text().strip().splitlines()
     assert code == 128 + signal.SIGTERM and took < 15, (code, took, lines[-5:])
     assert lines[-1] == "SIGTERM: stopping run stop; what finished is kept — continue with: spade resume stop"
-    left = {pid: _process_line(pid) for pid in running if _process_line(pid) is not None}
+    left = {pid: command_line(pid) for pid in running if alive(pid)}  # a zombie has ended: init reaps it
     assert left == {}, left
     assert read_holder(store, "stop") is None  # the run's lock is given back
     assert read_marker(store, "stop", 1, "documents") is not None  # what finished is kept
-
-
-def _process_line(pid: int) -> str | None:
-    """``state command`` of a live process, or None when it has ended (a zombie has ended: only init's
-    reaping is left)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return None
-    return None if state == "Z" else f"{state} {command[:200]}"
-
-
-def test_a_table_directory_linked_out_of_the_store_is_never_written_through_and_sql_names_it(tmp_path: Path) -> None:
-    from samples import frame
-    from typer.testing import CliRunner
-
-    from spade_core.cli import app
-    from spade_core.store.artifacts import StoreError
-
-    store = Store(str(tmp_path / "store"))
-    store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    table = Path(store.path("tables", "hints"))
-    table.rename(outside / "hints")
-    table.symlink_to(outside / "hints")  # the probe's case: a table directory linked to a folder outside
-    before = sorted(p.name for p in (outside / "hints").rglob("*"))
-    with pytest.raises(StoreError, match=r"^refusing to write .*hints.* is a symbolic link to .*elsewhere"):
-        store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
-    with pytest.raises(StoreError, match="is a symbolic link"):
-        store.remove_dir(store.path("tables", "hints", "run=r"))
-    assert sorted(p.name for p in (outside / "hints").rglob("*")) == before  # nothing written or removed there
-    # spade sql names the link: read-only (the default) it refuses to read through it; with writes allowed it
-    # answers from the rest and says what it left out
-    refused = CliRunner().invoke(app, ["sql", "select count(*) as n from hints", "--store", store.base])
-    assert refused.exit_code == 1 and "symbolic link refused" in refused.stderr and str(table) in refused.stderr
-    done = CliRunner().invoke(app, ["sql", "select count(*) as n from hints", "--store", store.base, "--allow-write"])
-    assert done.exit_code == 0, done.output
-    assert f"warning: skipped {table}: a symbolic link out of the store's own files" in done.stderr

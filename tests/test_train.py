@@ -462,24 +462,12 @@ def _trainer_of_this_process() -> int | None:
     """The pid of a ``spade_core.train.step`` process that descends from this one (accelerate's child)."""
     import os
 
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "spade_core.train.step" not in command or "accelerate" in command:
-            continue
-        pid = int(entry.name)
-        while pid > 1:
-            try:
-                pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                break
-            if pid == me:
-                return int(entry.name)
+    from spade_core.processes import command_line, descendants
+
+    for pid in descendants(os.getpid()):
+        command = command_line(pid)
+        if "spade_core.train.step" in command and "accelerate" not in command:
+            return pid
     return None
 
 

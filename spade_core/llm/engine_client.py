@@ -19,7 +19,6 @@ import http.client
 import json
 import os
 import re
-import socket
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields
@@ -31,6 +30,7 @@ from spade_core.hashing import short_hash
 from spade_core.llm.base import CacheSlot, Completion, GenerationRequest, ModelError, SamplingParams, seeded
 from spade_core.llm.embedded import cache_dir
 from spade_core.llm.server_process import HTTPStatusError, http_request
+from spade_core.processes import alive, holder_id
 
 KEY_ENV = "SPADE_ENGINE_KEY"  # the service's API key, for workers on other machines (and its owner alike)
 HOLD_POLL_S = 20.0  # how long one ``POST /hold`` waits before it is answered "ask again"
@@ -38,26 +38,11 @@ HOLD_TIMEOUT_S = 1800.0  # one ``POST /hold`` that starts the replicas may take 
 MAX_IN_FLIGHT = 64  # requests one client has in flight
 
 
-def holder_id() -> str:
-    """Who holds a lease: ``host:pid`` (the service releases the leases of a local holder that has died)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def service_file(run_id: str, store: str) -> Path:
     """Where the service of run ``run_id`` of the store at ``store`` publishes its address and key on this
     machine (two stores may hold runs of one id)."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
     return cache_dir() / "engines" / f"{safe}-{short_hash(store)}.json"
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def request_json(request: GenerationRequest) -> dict[str, Any]:
@@ -250,6 +235,6 @@ def find_service(
     except (OSError, ValueError):
         return None
     owner = int(info.get("pid", 0))
-    if owner == os.getpid() or not process_alive(owner):
+    if owner == os.getpid() or not alive(owner):
         return None
     return EngineClient(str(info["url"]), str(info["key"]), model_path, request_timeout_s)

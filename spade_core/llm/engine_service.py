@@ -28,7 +28,6 @@ import http.server
 import json
 import os
 import secrets
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -41,15 +40,9 @@ from typing import Any
 from spade_core.devices import visible_gpu_count
 from spade_core.llm.base import Completion, GenerationRequest, ModelError, SamplingParams, seeded
 from spade_core.llm.embedded import resolve_model
-from spade_core.llm.engine_client import (
-    KEY_ENV,
-    holder_id,
-    params_from_json,
-    process_alive,
-    request_from_json,
-    service_file,
-)
+from spade_core.llm.engine_client import KEY_ENV, params_from_json, request_from_json, service_file
 from spade_core.llm.server_process import free_port
+from spade_core.processes import holder_gone, holder_id
 
 MAX_SESSIONS = 100_000  # conversations whose replica is remembered (the oldest forgotten first)
 PER_REPLICA_IN_FLIGHT = 64  # requests the service has in flight per replica (each replica's own cap)
@@ -200,10 +193,8 @@ class EngineService:
     # -- checkpoints -------------------------------------------------------------------------------------
     def _prune(self) -> None:
         """Release the leases of holders on this machine whose process has died."""
-        host = socket.gethostname()
         for lease, (_path, holder) in list(self._holds.items()):
-            where, _, pid = holder.rpartition(":")
-            if where == host and pid.isdigit() and not process_alive(int(pid)):
+            if holder_gone(holder):
                 del self._holds[lease]
 
     def _wait(self, ready: Callable[[], bool], deadline: float | None) -> bool:

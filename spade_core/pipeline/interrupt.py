@@ -24,29 +24,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from spade_core.processes import alive, descendants
 
 GRACE_S = 3.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _HANDLERS: dict[str, Callable[[int, FrameType | None], Any]] = {}  # run id -> the command's stop handler
-
-
-def descendants(root: int) -> list[int]:
-    """Every process whose chain of parents leads to ``root`` (read from ``/proc``), children first."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    found: list[int] = []
-    frontier = [root]
-    while frontier:
-        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in found]
-        found += children
-        frontier = children
-    return found
 
 
 def end_processes(pids: list[int], grace_s: float = GRACE_S) -> None:
@@ -56,23 +41,11 @@ def end_processes(pids: list[int], grace_s: float = GRACE_S) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.1)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):  # a zombie has ended: only its parent's wait is left
-        return " Z " not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:4]
-    return False
 
 
 @contextlib.contextmanager

@@ -71,18 +71,18 @@ def model_faults(markers: dict[str, StageRecord]) -> tuple[int, int]:
     )
 
 
+def restart_causes(record: StageRecord) -> list[str]:
+    """Why the engine was replaced while this stage (or shard) used it, one line per replacement: the
+    ``error`` of each ``restart`` weight swap — a replica died or hung, a reload failed. A restart after the
+    trainer's turn stopped the engine is planned and has none."""
+    swaps = record.info.get("weight_swaps", [])
+    return [str(s["error"]) for s in swaps if s.get("method") == "restart" and s.get("error")]
+
+
 def engine_faults(records: Iterable[StageRecord]) -> list[str]:
-    """Why the engine was replaced while stages used it, one line per replacement: the ``error`` of each
-    ``restart`` weight swap of the whole-stage records (a sharded stage's lists its shards'; shard records
-    are skipped) — a replica died or hung, a reload failed. A restart after the trainer's turn stopped the
-    engine is planned and has none."""
-    return [
-        str(swap["error"])
-        for record in records
-        if record.shard is None
-        for swap in record.info.get("weight_swaps", [])
-        if swap.get("method") == "restart" and swap.get("error")
-    ]
+    """:func:`restart_causes` of the whole-stage records (a sharded stage's lists its shards'; the shard
+    records are skipped, so each replacement counts once)."""
+    return [cause for record in records if record.shard is None for cause in restart_causes(record)]
 
 
 def generation_complete(store: Store, cfg: SpadeConfig, run_id: str, gen: int) -> bool:

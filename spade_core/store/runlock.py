@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from spade_core.processes import holder_gone
 from spade_core.store.artifacts import Store
 
 LOCK = "run.lock"
@@ -49,16 +50,6 @@ def read_holder(store: Store, run_id: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stale(holder: dict[str, Any], now: float | None = None) -> bool:
     """Whether a lock's holder is gone: a process of this machine that no longer runs, or a heartbeat older
     than :data:`STALE_AFTER_S`.
@@ -70,7 +61,7 @@ def stale(holder: dict[str, Any], now: float | None = None) -> bool:
     """
     now = time.time() if now is None else now
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        return not _alive(holder["pid"])
+        return holder_gone(f"{holder['host']}:{holder['pid']}")
     return now - float(holder.get("heartbeat", 0.0)) > STALE_AFTER_S
 
 
