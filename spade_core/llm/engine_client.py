@@ -90,12 +90,10 @@ def completion_from_json(data: dict[str, Any]) -> Completion:
 
 
 class EngineClient:
-    """The run's engine service as a generator, over HTTP (a worker process's; the owner's process uses the
-    service itself). ``generate`` never raises: a request the service cannot answer is a ``model_error``
-    completion. ``model_path``: the run's base model, whose tokenizer renders the token prompts here."""
-
-    supports_token_prompts = True
-    streams = True
+    """The run's engine service over HTTP (a worker process's; the owner's process uses the service itself):
+    its leases are the generators stages call (:class:`EngineLease`). ``generate`` never raises: a request
+    the service cannot answer is a ``model_error`` completion. ``model_path``: the run's base model, whose
+    tokenizer renders the token prompts here."""
 
     def __init__(self, url: str, key: str, model_path: str | None = None, request_timeout_s: float = 600.0) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
@@ -104,7 +102,6 @@ class EngineClient:
         self.url, self.host, self.port, self.key = url, parts.hostname, parts.port, key
         self.model_path = model_path
         self.timeout_s = request_timeout_s
-        self.model_ref = "vllm:service"
         self._tokenizer: Any = None
 
     @property
@@ -146,9 +143,9 @@ class EngineClient:
                 answer = self.call("POST", "/hold", body, timeout_s=HOLD_TIMEOUT_S)
             except (HTTPStatusError, OSError, ValueError) as exc:
                 raise self._failed(exc, f"load step {step} of run {run_id!r}") from None
-        self.model_ref = str(answer.get("model_ref") or self.model_ref)
         try:
-            yield EngineLease(self, self.model_ref, [_Swap(info) for info in answer.get("swaps") or []])
+            model_ref = str(answer.get("model_ref") or "vllm:service")
+            yield EngineLease(self, model_ref, [_Swap(info) for info in answer.get("swaps") or []])
         finally:
             with contextlib.suppress(HTTPStatusError, OSError, ValueError):
                 self.call("POST", "/release", {"lease": answer["lease"]}, timeout_s=30)

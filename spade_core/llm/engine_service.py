@@ -118,7 +118,6 @@ class EngineService:
         self.devices = devices
         self.factory = factory
         self.key = key or os.environ.get(KEY_ENV) or secrets.token_urlsafe(32)
-        self.on_cpu = model_cfg.device == "cpu" or (model_cfg.device == "auto" and not visible_gpu_count())
         self.replicas: list[Replica] = []
         self.model_path: str | None = None  # the checkpoint the replicas serve
         self.swaps: list[Any] = []  # weight swaps not yet taken by a stage
@@ -164,11 +163,13 @@ class EngineService:
         """Every replica serving ``path``: started (the first load), else woken and reloaded in place."""
         if not self.replicas:
             per_replica = self.cfg.tensor_parallel_size
-            blocks = replica_devices(self.devices, self.count, per_replica, self.on_cpu)
+            # counted at the first start, not when the run starts (a run of reused stages imports no torch)
+            on_cpu = self.cfg.device == "cpu" or (self.cfg.device == "auto" and not visible_gpu_count())
+            blocks = replica_devices(self.devices, self.count, per_replica, on_cpu)
             slots = [Replica(i, None) for i in range(self.count)]
 
             def start(replica: Replica) -> None:
-                cores = replica_cores(replica.index, self.count) if self.on_cpu else None
+                cores = replica_cores(replica.index, self.count) if on_cpu else None
                 replica.generator = self.factory(self.cfg, path, blocks[replica.index], cores)
 
             try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import io
 import os
 import re
@@ -36,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spade_core.faults import s3_refusal
-from spade_core.hashing import short_hash
+from spade_core.hashing import short_hash, stream_hash
 from spade_core.store.fs import s3_filesystem
 from spade_core.store.schemas import SCHEMAS, TABLES, to_arrow
 
@@ -288,7 +287,7 @@ class Store:
         """The first 16 hex of the sha256 of a file's bytes (:class:`WrittenFile`'s ``digest``), read in chunks."""
         self._count("read")
         with self.fs.open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()[:16]
+            return stream_hash(fh)
 
     def exists(self, path: str) -> bool:
         self._count("list")

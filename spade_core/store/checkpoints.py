@@ -21,7 +21,6 @@ and the vLLM server restarts on it the same way.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from functools import lru_cache
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_core.cachedir import build_once
-from spade_core.hashing import short_hash
+from spade_core.hashing import short_hash, stream_hash
 from spade_core.llm.embedded import cache_dir, resolve_model
 from spade_core.store.artifacts import Store, WrittenFile
 
@@ -73,7 +72,7 @@ def checkpoint_files(store: Store, run_id: str, step: int) -> list[WrittenFile]:
 def file_digest(path: Path) -> str:
     """The digest a store records for a file (first 16 hex of its sha256), of a local file."""
     with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()[:16]
+        return stream_hash(fh)
 
 
 @lru_cache(maxsize=512)
