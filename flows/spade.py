@@ -35,6 +35,16 @@ from spade_core.threads import passive_waits
 
 
 @contextlib.contextmanager
+def owned_run(cfg: SpadeConfig, store: Store, run_id: str) -> Iterator[None]:
+    """This flow run holds run ``run_id`` for the block: its lock (one run per run id; nested under the
+    command's that started it here), the command's signal handlers in place of Prefect's (a signal stops the
+    run within seconds), and the run bound to its config."""
+    with RunLock(store, run_id), rearmed(run_id):
+        bind_run_config(store, run_id, cfg)
+        yield
+
+
+@contextlib.contextmanager
 def run_engine(cfg: SpadeConfig, store: Store, run_id: str) -> Iterator[None]:
     """The run's engine service (``model.backend`` vllm), owned by this flow's process for the length of the
     block: every stage and worker process of the run leases it; it stops when the run ends or fails."""
@@ -76,8 +86,7 @@ def spade(
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
-    with RunLock(st, run_id), rearmed(run_id):  # one run per run id; `spade resume` stops on a signal
-        bind_run_config(st, run_id, cfg)
+    with owned_run(cfg, st, run_id):
         gen = gen if gen is not None else next_generation(st, cfg, run_id)
         if gen < 1:
             raise ConfigError(f"gen must be >= 1 (generations are numbered from 1), got {gen}")
@@ -100,8 +109,7 @@ def spade_run(
     passive_waits()
     cfg = flow_config(run_id, config, overrides, store)
     st = Store.from_config(cfg.store)
-    with RunLock(st, run_id), rearmed(run_id):  # one run per run id; `spade run` stops on a signal
-        bind_run_config(st, run_id, cfg)
+    with owned_run(cfg, st, run_id):
         logger = get_run_logger()
         todo = incomplete_generations(st, cfg, run_id, generations)
         for gen in sorted(set(range(1, generations + 1)) - set(todo)):
