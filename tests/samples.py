@@ -163,14 +163,20 @@ def frame(table: str, n: int = 2) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_stage(store: Any, run_id: str, gen: int, stage: str, tables: dict[str, pd.DataFrame]) -> Any:
-    """Write ``tables`` as stage ``stage``'s files of generation ``gen`` and its marker listing them, as a
-    finished stage leaves them (readers take the files a marker lists). Returns the marker's record."""
+def write_stage(
+    store: Any, run_id: str, gen: int, stage: str, tables: dict[str, pd.DataFrame], shard: int | None = None
+) -> Any:
+    """Write ``tables`` as stage ``stage``'s files of generation ``gen`` (of its shard ``shard``) and its marker
+    listing them, as a finished stage leaves them (readers take the files a marker lists). Returns the
+    marker's record."""
     from spade_core.store.markers import StageRecord, write_marker
 
-    written = [store.write_table(t, f, run_id=run_id, gen=gen, stage=stage) for t, f in tables.items()]
+    written = [
+        store.write_table(t, f, run_id=run_id, gen=gen, stage=stage, shard=shard or 0) for t, f in tables.items()
+    ]
     record = StageRecord(
         stage=stage,
+        shard=shard,
         run_id=run_id,
         gen=gen,
         artifact_hash="test",
@@ -178,6 +184,7 @@ def write_stage(store: Any, run_id: str, gen: int, stage: str, tables: dict[str,
         files={w.table: [w.path] for w in written},
         sizes={w.path: w.size for w in written},
         file_digests={w.path: w.digest for w in written},
+        rows={w.table: w.rows for w in written},
     )
     write_marker(store, record)
     return record

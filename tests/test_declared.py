@@ -13,9 +13,9 @@ from spade_core.config import load_config
 from spade_core.pipeline.context import GenerationContext, UndeclaredTable
 from spade_core.pipeline.registry import STAGES, stage
 from spade_core.pipeline.stage import Stage, execute
-from spade_core.pipeline.verify import file_problems
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import MARKER
+from spade_core.store.integrity import file_problems
 from spade_core.store.schemas import SCHEMAS
 
 

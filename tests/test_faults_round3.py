@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from spade_core.config import load_config
-from spade_core.pipeline.verify import file_problems
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import (
     CheckpointError,
@@ -35,6 +34,7 @@ from spade_core.store.checkpoints import (
     read_marker,
     write_checkpoint,
 )
+from spade_core.store.integrity import file_problems
 from spade_core.store.markers import StageRecord
 
 RUN = "r"

@@ -24,6 +24,7 @@ from spade_core.report.plots import generation_boundaries
 from spade_core.report.summary import generation_summary, summary_markdown, top_environments
 from spade_core.report.timeline import overlap_fraction, saved_seconds_with_own_devices
 from spade_core.store.artifacts import Store
+from spade_core.store.catalog import connect
 from spade_core.store.markers import StageRecord, read_marker, write_marker
 from spade_core.store.schemas import SCHEMAS
 
@@ -91,7 +92,7 @@ def _train(store: Store, run_id: str, gen: int, roles: tuple[str, ...]) -> None:
         for step in range(1, 4)
         if not (role == "designer" and step == 3)  # a step whose batch held no designer sample
     ]
-    store.write_table("train_metrics", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="train")
+    write_stage(store, run_id, gen, "train", {"train_metrics": pd.DataFrame(rows)})
 
 
 def _play(env_id: str, condition: str, seed: int, ret: float, step: int, error: str | None = None) -> dict:
@@ -123,7 +124,7 @@ def _pool_and_plays(store: Store, run_id: str, gen: int, pool: list[tuple]) -> N
     step 0 of the generation) and a `spade demo` play (policy_step -1) must not count at all.
     """
     columns = ["env_id", "design_id", "skill", "kind", "code", "source"]
-    store.write_table("pool", pd.DataFrame(pool, columns=columns), run_id=run_id, gen=gen, stage="pool")
+    write_stage(store, run_id, gen, "pool", {"pool": pd.DataFrame(pool, columns=columns)})
     for k in range(K):
         step = (gen - 1) * K + k
         rows = []
@@ -134,7 +135,7 @@ def _pool_and_plays(store: Store, run_id: str, gen: int, pool: list[tuple]) -> N
                 rows += [_play(env_id, "hint", p, 1.0, step) for p in range(2)]
             if i == 0:
                 rows.append(_play(env_id, "no_hint", 99, 1.0, step, error="model_error"))  # left out
-        store.write_table("episodes", _frame("episodes", rows), run_id=run_id, gen=gen, stage=f"rollout-s{k}")
+        write_stage(store, run_id, gen, f"rollout-s{k}", {"episodes": _frame("episodes", rows)})
     demo = _play(pool[0][0], "no_hint", 0, 1.0, -1)
     store.write_table("episodes", _frame("episodes", [demo]), run_id=run_id, gen=gen, stage="seed_check")
 
@@ -154,7 +155,7 @@ def _evals(store: Store, run_id: str, gen: int, level: float) -> None:
                     "response": "...",
                 }
             )
-    store.write_table("evals", pd.DataFrame(rows), run_id=run_id, gen=gen, stage="eval")
+    write_stage(store, run_id, gen, "eval", {"evals": pd.DataFrame(rows)})
 
 
 def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool, raw: dict | None = None) -> None:
@@ -243,10 +244,10 @@ def _spade_generation(store: Store, run_id: str, gen: int, hostile: bool, raw: d
         (_env_id(starter), None, "logical_deduction", "game", starter, "starter"),
     ]
     _pool_and_plays(store, run_id, gen, pool)
-    store.write_table("designs", _frame("designs", designs), run_id=run_id, gen=gen, stage="design")
-    store.write_table("validations", pd.DataFrame(validations), run_id=run_id, gen=gen, stage="validate")
+    write_stage(store, run_id, gen, "design", {"designs": _frame("designs", designs)})
+    write_stage(store, run_id, gen, "validate", {"validations": pd.DataFrame(validations)})
     write_stage(store, run_id, gen, "score", {"env_scores": pd.DataFrame(scores)})
-    store.write_table("memory", pd.DataFrame(memory), run_id=run_id, gen=gen, stage="memory")
+    write_stage(store, run_id, gen, "memory", {"memory": pd.DataFrame(memory)})
     _designer_rewards(store, run_id, gen, designs, validations, raw or RAW)
     _train(store, run_id, gen, ("agent", "designer"))
     _evals(store, run_id, gen, 0.5 + 0.1 * gen)
@@ -664,6 +665,25 @@ def test_learning_curve_numbers(tmp_path: Path) -> None:
     assert table["plays"].tolist() == [21] * 4
 
 
+def test_files_no_marker_lists_do_not_reach_the_report(tmp_path: Path) -> None:
+    """A file written into a run's partitions around the pipeline (an orphan of a killed stage, another
+    command's file) used to reach the report's views; the run reader reads what the markers list."""
+    store = Store(str(tmp_path / "store"))
+    fill(store, hostile=False, baseline=None)
+    before = load_run(store, "spade-1")
+    pool = store.read_table("pool", "spade-1", 2)
+    won = [_play(env_id, "no_hint", 50 + p, 1.0, 3) for env_id in pool["env_id"] for p in range(PLAYS)]
+    store.write_table("episodes", _frame("episodes", won), run_id="spade-1", gen=2, stage="rollout-s1", shard=7)
+    store.write_table("designs", store.read_table("designs", "spade-1", 2).drop(columns=["run_id", "gen"]),
+                      run_id="spade-1", gen=2, stage="design", shard=3)  # fmt: skip
+    every_file = connect(store).execute("select count(*) from episodes where policy_step = 3").fetchone()
+    assert every_file is not None and every_file[0] == 21 + len(won)  # the orphan is in the store's files
+    after = load_run(store, "spade-1")
+    pd.testing.assert_frame_equal(after.learning_curve, before.learning_curve)
+    pd.testing.assert_frame_equal(after.funnel, before.funnel)
+    assert after.generations == before.generations
+
+
 def test_learning_curve_without_config_infers_k_from_the_plays(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
     for gen in (1, 2, 3):
@@ -697,7 +717,7 @@ def test_missing_tables_say_no_data_yet(tmp_path: Path) -> None:
             }
         ],
     )
-    store.write_table("designs", frame, run_id="young", gen=1, stage="design")
+    write_stage(store, "young", 1, "design", {"designs": frame})
     out = tmp_path / "out"
     (out).mkdir()
     (out / "training.png").write_bytes(b"stale")  # a figure of an earlier report must not linger
@@ -792,7 +812,7 @@ def test_a_generation_without_its_reward_stage_shows_no_value(tmp_path: Path) ->
     pool = [("seed000000000000", None, "optimization", "game", "class S: pass\n", "replay")]
     for gen in (3, 4):
         _pool_and_plays(store, "spade-1", gen, pool)
-    store.write_table("designer_rewards", pd.DataFrame(), run_id="spade-1", gen=4, stage="reward")
+    write_stage(store, "spade-1", 4, "reward", {"designer_rewards": pd.DataFrame()})
     write_marker(store, StageRecord(stage="reward", run_id="spade-1", gen=4, artifact_hash="a", digest="d", seconds=1))
     data = load_run(store, "spade-1")
     table = data.designer_reward.set_index("gen")

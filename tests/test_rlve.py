@@ -170,7 +170,7 @@ def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> N
         and second["env_id"].iloc[1] == "rlve:Division@d0"
     )
     for gen, frame in ((1, first), (2, second)):
-        store.write_table("pool", frame, run_id="r", gen=gen, stage="pool")
+        write_stage(store, "r", gen, "pool", {"pool": frame})
     history = difficulty_history(store, "r").set_index(["gen", "name"])
     assert (history.loc[(2, "Sorting"), "low"], history.loc[(2, "Sorting"), "high"]) == (0, 1)
     assert (history.loc[(2, "Division"), "low"], history.loc[(2, "Division"), "high"]) == (0, 0)

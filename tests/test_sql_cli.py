@@ -1,5 +1,6 @@
-"""`spade sql` over local and S3 stores, through the real CLI entry point: queries read every table, and
-nothing writes a file (into the store or anywhere) unless `--allow-write`."""
+"""`spade sql` over local and S3 stores, through the real CLI entry point: the views read the files the stage
+markers list, each checked against its marker (a file that fails is left out and named, the rest answers),
+and nothing writes a file (into the store or anywhere) unless `--allow-write`."""
 
 from __future__ import annotations
 
@@ -8,17 +9,21 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-from samples import frame
+from samples import frame, write_stage
 from typer.testing import CliRunner
 
 from spade_core.cli import app
 from spade_core.cli.catalog_cmd import READ_ONLY_HINT
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
+from spade_core.store.markers import read_marker, write_marker
+from spade_core.store.reader import RunReader
 from spade_core.store.schemas import SCHEMAS, TABLES
 
 runner = CliRunner()
@@ -26,9 +31,9 @@ runner = CliRunner()
 
 def _fill(store: Store) -> None:
     for gen in (1, 2):
-        store.write_table("episodes", frame("episodes", 3), run_id="run-a", gen=gen, stage="rollout", shard=0)
-        store.write_table("episodes", frame("episodes", 2), run_id="run-a", gen=gen, stage="rollout", shard=1)
-    store.write_table("episodes", frame("episodes", 4), run_id="007", gen=1, stage="rollout")
+        write_stage(store, "run-a", gen, "rollout", {"episodes": frame("episodes", 3)}, shard=0)
+        write_stage(store, "run-a", gen, "rollout", {"episodes": frame("episodes", 2)}, shard=1)
+    write_stage(store, "007", 1, "rollout", {"episodes": frame("episodes", 4)})
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -198,11 +203,102 @@ def test_the_installed_entry_point_refuses_a_write_in_one_line(tmp_path: Path) -
     assert out.stderr == f"error: file access refused: {tmp_path / 'st' / 'x.csv'} ({READ_ONLY_HINT})\n"
 
 
-def test_a_damaged_file_is_one_line_and_exit_1(filled: tuple[Store, list[str]]) -> None:
+def _count(result: Any) -> int:
+    assert result.exit_code == 0, result.output
+    return int(json.loads(result.stdout)[0]["n"])
+
+
+def _left_out(result: Any) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("warning: left out ")]
+
+
+COUNT = ["--format", "json", "select count(*) as n from episodes"]
+
+
+def test_a_file_cut_short_is_left_out_in_one_line_and_the_rest_answers(filled: tuple[Store, list[str]]) -> None:
     store, args = filled
     damaged = store.table_files("episodes", "run-a", 1)[0]
     store.write_bytes(damaged, b"not a parquet file")
-    result = runner.invoke(app, ["sql", *args, "select count(*) from episodes"])
-    assert result.exit_code == 1 and result.stdout == "", result.output
-    assert result.stderr.startswith("error: a stored file is damaged (") and result.stderr.count("\n") == 1
-    assert damaged.removeprefix("s3://") in result.stderr and "spade verify RUN --deep" in result.stderr
+    result = runner.invoke(app, ["sql", *args, *COUNT])
+    assert _count(result) == 14 - 3  # run-a gen 1 shard 0's three rows are gone, the rest answer
+    [line] = _left_out(result)
+    assert (
+        damaged.removeprefix("s3://") in line and "bytes, its marker recorded" in line and "spade verify run-a" in line
+    )
+    every = runner.invoke(app, ["sql", *args, "--all-files", *COUNT])  # every file, unchecked: DuckDB's own error
+    assert every.exit_code == 1 and every.stdout == "", every.output
+    assert every.stderr.startswith("error: a stored file is damaged (") and every.stderr.count("\n") == 1
+    assert damaged.removeprefix("s3://") in every.stderr and "spade verify RUN --deep" in every.stderr
+
+
+def _same_size_corruption(store: Store, path: str) -> None:
+    """Flip bytes inside a data page (the file still opens, its size is the same): altered cells, not an error."""
+    data = bytearray(store.read_bytes(path))
+    middle = len(data) // 3
+    data[middle : middle + 4] = bytes(b ^ 0xFF for b in data[middle : middle + 4])
+    store.write_bytes(path, bytes(data))
+
+
+def test_a_file_changed_in_place_is_named_and_left_out(filled: tuple[Store, list[str]]) -> None:
+    store, args = filled
+    changed = store.table_files("episodes", "run-a", 2)[1]
+    size = len(store.read_bytes(changed))
+    _same_size_corruption(store, changed)
+    assert len(store.read_bytes(changed)) == size
+    result = runner.invoke(app, ["sql", *args, *COUNT])
+    assert _count(result) == 14 - 2
+    [line] = _left_out(result)
+    assert changed.removeprefix("s3://") in line and "has changed since its stage wrote it (digest)" in line
+
+
+def test_a_file_replaced_by_another_of_the_same_schema_is_left_out(filled: tuple[Store, list[str]]) -> None:
+    """Another valid file (three rows, another shard's) in place of a finished stage's two: its digest and row
+    count are not the marker's, so its rows never reach the answer (15 rows if they did)."""
+    store, args = filled
+    replaced = store.table_files("episodes", "run-a", 1)[1]
+    store.write_bytes(replaced, store.read_bytes(store.table_files("episodes", "run-a", 1)[0]))
+    result = runner.invoke(app, ["sql", *args, *COUNT])
+    assert _count(result) == 14 - 2
+    [line] = _left_out(result)
+    assert replaced.removeprefix("s3://") in line
+
+
+def test_a_marker_whose_row_count_differs_names_the_file(filled: tuple[Store, list[str]]) -> None:
+    store, args = filled
+    record = read_marker(store, "007", 1, "rollout")
+    assert record is not None and record.rows == {"episodes": 4}
+    write_marker(store, record.model_copy(update={"rows": {"episodes": 5}}))
+    result = runner.invoke(app, ["sql", *args, *COUNT])
+    assert _count(result) == 10
+    [line] = _left_out(result)
+    assert "holds 4 rows of episodes, its marker recorded 5" in line and "run=007" in line
+
+
+def test_files_no_marker_lists_are_not_read_and_are_named(filled: tuple[Store, list[str]]) -> None:
+    store, args = filled
+    stray = store.write_table("episodes", frame("episodes", 6), run_id="run-a", gen=1, stage="rollout-cli")
+    result = runner.invoke(app, ["sql", *args, *COUNT])
+    assert _count(result) == 14
+    assert "no stage marker lists" in result.stderr and stray.path.removeprefix("s3://") in result.stderr
+    assert _count(runner.invoke(app, ["sql", *args, "--all-files", *COUNT])) == 20
+    quiet = runner.invoke(app, ["sql", *args, "--format", "json", "select count(*) as n from hints"])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output  # only the tables a statement names
+
+
+def test_each_file_is_checked_once_across_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digests of a check are kept under $SPADE_CACHE: a second query reads each file once (DuckDB),
+    not twice; a file rewritten since (a new stamp) is checked again."""
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    store = Store(str(tmp_path / "st"))
+    _fill(store)
+    reader = RunReader(Store(store.root))
+    assert reader.check(["episodes"]).problems == []
+    reads = reader.store.io_counts(reset=True)["read"]
+    assert reads >= 5  # five files, each read for its digest and its footer
+    again = RunReader(Store(store.root))
+    assert again.check(["episodes"]).problems == [] and again.store.io_counts()["read"] == 0
+    changed = store.table_files("episodes", "run-a", 2)[0]
+    time.sleep(0.01)
+    _same_size_corruption(store, changed)
+    third = RunReader(Store(store.root))
+    assert [p.path for p in third.check(["episodes"]).problems] == [changed]

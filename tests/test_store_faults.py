@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import pytest
 from flaky_s3 import FaultPlan, flaky_s3
-from samples import frame
+from samples import frame, write_stage
 from test_resume import OVERRIDES as RESUME_OVERRIDES
 from typer.testing import CliRunner
 
@@ -116,8 +116,8 @@ def test_a_generation_through_a_flaky_endpoint_equals_the_same_generation_on_a_c
 def _fill(store: Store) -> None:
     for gen in (1, 2):
         for shard in range(2):
-            store.write_table("episodes", frame("episodes", 3), run_id="r", gen=gen, stage="rollout", shard=shard)
-    store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
+            write_stage(store, "r", gen, "rollout", {"episodes": frame("episodes", 3)}, shard=shard)
+    write_stage(store, "r", 1, "hint", {"hints": frame("hints")})
     store.write_text(store.run_dir("r") + "/config.yaml", "seed: 0\n")
 
 
@@ -155,7 +155,7 @@ def test_access_denied_fails_on_its_first_answer(s3_endpoint: str) -> None:
     root = _bucket(s3_endpoint, "spade-faults-denied")
     with flaky_s3(s3_endpoint, plan=NO_FAULTS, lifetime_s=60) as proxy:
         store = Store(root, endpoint_url=proxy.url)
-        store.write_table("hints", frame("hints"), run_id="r", gen=1, stage="hint")
+        write_stage(store, "r", 1, "hint", {"hints": frame("hints")})
         path = store.table_files("hints", "r", 1)[0]
         proxy.deny.add("spade-faults-denied")
         before, started = proxy.stats()["requests"], time.monotonic()

@@ -19,7 +19,7 @@ from test_train import GEN, RUN, S0, _far_checkpoint, _frames, _store_generation
 
 from spade_core.config import ConfigError, load_config
 from spade_core.llm.hf import TransformersGenerator
-from spade_core.pipeline.run_config import bind_run_config, run_config_path
+from spade_core.pipeline.run_config import bind_run_config
 from spade_core.resources import data_dir
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import model_path_for_checkpoint
@@ -244,7 +244,7 @@ def test_sharded_configs_are_refused_on_a_cpu(tmp_path: Path) -> None:
             accelerate_command(cfg, "c.yaml", RUN, 1, 0)
         with pytest.raises(ConfigError, match=refused):  # at the run's start, before it writes anything
             bind_run_config(store, "sharded", cfg)
-        assert not store.fs.exists(run_config_path(store, "sharded"))
+        assert not store.fs.exists(store.config_path("sharded"))
 
 
 @pytest.mark.slow

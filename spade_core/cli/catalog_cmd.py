@@ -20,10 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
-from spade_core.pipeline.verify import listed_but_missing
-from spade_core.store.artifacts import Store
-from spade_core.store.catalog import LOCAL_SCHEME, query
+from spade_core.store.catalog import LOCAL_SCHEME, connect
 from spade_core.store.fs import s3_endpoint
+from spade_core.store.reader import Checked, RunReader
 from spade_core.store.schemas import TABLES
 
 READ_ONLY_HINT = "spade sql only reads the store unless --allow-write"
@@ -116,18 +115,34 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _warn_missing_rows(store: Store, statement: str) -> None:
-    """One line on stderr per table the statement names whose files a stage marker lists but are missing:
-    the views read every file of a table, so the answer lacks their rows (``spade verify`` finds them)."""
-    named = [t for t in TABLES if re.search(rf"\b{t}\b", statement, re.I)]
-    for table, problems in listed_but_missing(store, named).items():
-        first = problems[0]
-        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+def _named_tables(statement: str) -> list[str]:
+    """The tables a statement names (a word match: a column or alias of the same name counts too).
+
+    >>> _named_tables("select count(*) from Episodes e join designs using (env_id)")
+    ['designs', 'episodes']
+    """
+    return [t for t in TABLES if re.search(rf"\b{t}\b", statement, re.I)]
+
+
+def _warn_left_out(reader: RunReader, named: list[str], checked: Checked, all_files: bool) -> None:
+    """One line on stderr per file of a named table the answer leaves out: a file no marker vouches for
+    (changed, replaced, missing, its rows not the marker's count), and the files no marker lists at all."""
+    for problem in checked.left_out():
+        run = problem.marker.split(" ", 1)[0]
         print(
-            f"warning: table {table}: {first.path} (run {first.marker}, gen {first.gen}){more} listed by a stage "
-            f"marker is missing, so its rows are not in this answer; spade verify {first.marker.split()[0]}",
-            file=sys.stderr,
+            f"warning: left out {problem.line()}; its rows are not in this answer (spade verify {run})", file=sys.stderr
         )
+    if all_files:
+        return
+    for table in named:
+        unlisted = reader.unlisted([table])
+        if unlisted:
+            more = f" and {len(unlisted) - 1} more" if len(unlisted) > 1 else ""
+            print(
+                f"warning: table {table}: {unlisted[0]}{more} no stage marker lists (written around the pipeline) "
+                "are not in this answer; --all-files reads every file",
+                file=sys.stderr,
+            )
 
 
 @clean_errors
@@ -146,6 +161,14 @@ def sql(
             help="Let the statement write files (COPY ... TO, EXPORT DATABASE); without it, spade sql only reads.",
         ),
     ] = False,
+    all_files: Annotated[
+        bool,
+        typer.Option(
+            "--all-files",
+            help="Read every Parquet file of each table, unchecked, instead of the files the stage markers list "
+            "(each checked against its marker: size, digest, row count).",
+        ),
+    ] = False,
     output_format: Annotated[
         Literal["table", "csv", "json"],
         typer.Option("--format", help="Output format; json prints one array of row objects."),
@@ -159,12 +182,23 @@ def sql(
 
     Example: spade sql "select run_id, gen, count(*) from episodes group by all"
 
+    The views read the files the stage markers list, each checked against its marker once (size, digest,
+    row count); a file that fails is left out and named on stderr, and the query answers from the rest.
+
     Read-only unless --allow-write: e.g. spade sql --allow-write "copy (select * from episodes) to 'ep.parquet'"
     """
     cfg = resolve(preset, config, overrides, store)
     st = open_store(cfg)
+    reader, named = RunReader(st), _named_tables(statement)
     try:
-        frame = query(st, statement, read_only=not allow_write)
+        if all_files:
+            con, checked = connect(st, read_only=not allow_write), Checked()
+        else:
+            con, checked = reader.connect(read_only=not allow_write, checked=named)
+        try:
+            frame = con.execute(statement).df()
+        finally:
+            con.close()
     except duckdb.Error as exc:
         refused = None if allow_write else _refusal(exc)
         if refused is not None:
@@ -176,7 +210,7 @@ def sql(
             raise typer.Exit(1) from None
         print(f"error: {one_line(exc)}", file=sys.stderr)
         raise typer.Exit(2) from None
-    _warn_missing_rows(st, statement)
+    _warn_left_out(reader, named, checked, all_files)
     for link in st.links_out():  # DuckDB's globs do not follow them: say what the answer leaves out
         print(f"warning: skipped {link}: a symbolic link out of the store's own files", file=sys.stderr)
     if output_format == "json":

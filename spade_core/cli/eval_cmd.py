@@ -15,6 +15,8 @@ from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_
 from spade_core.config import ConfigError
 from spade_core.eval import evaluate, evaluate_checkpoint, resolve_suites, summarize
 from spade_core.llm import make_generator
+from spade_core.store.artifacts import WrittenFile
+from spade_core.store.markers import write_command_marker
 
 
 def _print_summary(summary: pd.DataFrame, title: str) -> None:
@@ -71,9 +73,11 @@ def eval_(
     resolve_suites(names)  # an unknown suite fails before any model loads
     if run_id is not None and gen is not None:
         st = open_store(cfg)
+        written: list[WrittenFile] = []
         frame = evaluate_checkpoint(
-            cfg, st, run_id, gen, suites=names, max_new_tokens=max_new_tokens, progress=not as_json
+            cfg, st, run_id, gen, suites=names, max_new_tokens=max_new_tokens, progress=not as_json, written=written
         )
+        write_command_marker(st, cfg, run_id, gen, "eval-cli", written)  # its rows are the run's to every reader
         title = f"run {run_id} gen {gen}"
         typer.echo(f"wrote {len(frame)} rows to evals run={run_id} gen={gen}", err=True)
     else:

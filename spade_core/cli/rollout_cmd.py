@@ -15,6 +15,7 @@ from spade_core.cli.env_cmd import read_env_files
 from spade_core.envs.contract import env_id_for
 from spade_core.llm import make_generator
 from spade_core.play.rollout import EpisodeSpec, RolloutEngine
+from spade_core.store.markers import write_command_marker
 
 
 @clean_errors
@@ -57,6 +58,7 @@ def rollout(
             frame["logprobs"] = None
         frame["policy_step"] = -1  # the configured model, not a checkpoint of the run's steps
         written = st.write_table("episodes", frame, run_id=run_id, gen=gen, stage="rollout-cli")
+        write_command_marker(st, cfg, run_id, gen, "rollout-cli", [written])  # the run's rows to every reader
         typer.echo(f"wrote {written.rows} episodes to {written.path}", err=True)
     names = {env_id_for(code): str(p) for p, code in zip(paths, read_env_files(paths), strict=True)}
     for row in rows:

@@ -26,15 +26,9 @@ from spade_core.pipeline.status import (
     run_status,
 )
 from spade_core.pipeline.status import stage_names as stages_for
-from spade_core.pipeline.verify import (
-    Listings,
-    Problem,
-    dependants,
-    file_problems,
-    missing_inputs,
-    schema_problems,
-)
+from spade_core.pipeline.verify import dependants, missing_inputs, schema_problems
 from spade_core.store.artifacts import Store
+from spade_core.store.integrity import Listings, Problem, file_problems
 from spade_core.store.markers import marker_path, scan_markers
 
 

@@ -16,7 +16,7 @@ from spade_core.designer.memory import Memory
 from spade_core.envs.rlve_pool import rlve_pool
 from spade_core.envs.seeds import SeedEnv, load_seed_envs, load_starter_envs
 from spade_core.store.artifacts import Store
-from spade_core.store.markers import marked_rows
+from spade_core.store.reader import RunReader
 
 COLUMNS = ["env_id", "design_id", "skill", "kind", "code", "source"]
 
@@ -70,7 +70,7 @@ def fixed_pool(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> pd.Data
     if source == "starters":
         return library_rows(load_starter_envs(), "fixed")
     run = source.removeprefix("run:")
-    frame = marked_rows(store, "pool", [run], columns=COLUMNS)  # the pool and top-up stages' files
+    frame = RunReader(store).rows("pool", [run], columns=COLUMNS)  # the pool and top-up stages' files
     frame = frame[frame["source"] == "design"]
     if frame.empty:
         raise ValueError(f"designer.fixed_pool {source!r}: run {run!r} has no valid environments in the store")

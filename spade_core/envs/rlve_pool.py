@@ -31,8 +31,7 @@ from spade_core.envs import rlve
 from spade_core.envs.rlve_difficulty import Window, sample_difficulty, windows
 from spade_core.hashing import short_hash
 from spade_core.store.artifacts import Store
-from spade_core.store.catalog import query
-from spade_core.store.markers import marked_rows
+from spade_core.store.reader import RunReader
 
 if TYPE_CHECKING:
     from spade_core.config import SpadeConfig
@@ -51,8 +50,7 @@ def _plays(store: Store, run_id: str, before_gen: int) -> pd.DataFrame:
     into the run (``spade rollout --run-id`` writes ``rollout-cli``) are no training plays and move no window.
     """
     columns = ["env_id", "episode_return", "condition", "error_type", "policy_step", "episode_id"]
-    frame = marked_rows(
-        store,
+    frame = RunReader(store).rows(
         "episodes",
         [run_id],
         stages=lambda stage: _ROLLOUT.fullmatch(stage) is not None,
@@ -100,8 +98,7 @@ def difficulty_history(store: Store, run_id: str, settings: dict[str, Any] | Non
     controller settings (:func:`controller`; default: the authors').
     """
     settings = settings or {}
-    pool = query(
-        store,
+    pool = RunReader(store).query(
         "select gen, env_id from pool where run_id = ? and source = ? and starts_with(env_id, 'rlve:') "
         "order by gen, env_id",
         [run_id, SOURCE],

@@ -21,6 +21,7 @@ from spade_core.envs.seeds import SeedEnv, load_seed_envs
 from spade_core.envs.validate import limits_from_config, validate_many
 from spade_core.hashing import short_hash
 from spade_core.store.artifacts import Store
+from spade_core.store.markers import write_command_marker
 
 SCRIPTED_CONDITIONS = ("reference", "empty")
 
@@ -77,19 +78,22 @@ def run_seed_check(cfg: SpadeConfig, store: Store, run_id: str, gen: int = 1, se
     """Validate every seed env, play the scripted episodes, write both tables; returns a summary."""
     envs = load_seed_envs()
     results = validate_many([e.code for e in envs], cfg.validation)
-    store.write_table(
-        "validations",
-        pd.DataFrame([{"design_id": None, "attempt": 0, **r.as_row()} for r in results]),
-        run_id=run_id,
-        gen=gen,
-        stage="seed_check",
-    )
+    written = [
+        store.write_table(
+            "validations",
+            pd.DataFrame([{"design_id": None, "attempt": 0, **r.as_row()} for r in results]),
+            run_id=run_id,
+            gen=gen,
+            stage="seed_check",
+        )
+    ]
     valid = [e for e, r in zip(envs, results, strict=True) if r.ok]
     jobs = [(e, s, c) for e in valid for s in range(seeds) for c in SCRIPTED_CONDITIONS]
     rows = run_parallel(lambda job: _play_scripted(job[0], cfg, job[1], job[2]), jobs, cfg.validation.parallel_jails)
     episodes = pd.DataFrame(rows, columns=list(rows[0]) if rows else None)
     if rows:
-        store.write_table("episodes", episodes, run_id=run_id, gen=gen, stage="seed_check")
+        written.append(store.write_table("episodes", episodes, run_id=run_id, gen=gen, stage="seed_check"))
+    write_command_marker(store, cfg, run_id, gen, "seed_check", written)  # the run's rows to every reader
 
     def mean(condition: str) -> float:
         picked = [r["episode_return"] for r in rows if r["condition"] == condition]

@@ -19,6 +19,7 @@ from spade_core.llm.context import check_token_budgets
 from spade_core.llm.run_template import check_run_template
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import artifact_hash, bound_settings
+from spade_core.store.reader import RunReader
 from spade_core.train.launch import check_accelerate_config
 
 DEFAULT_PRESET = "tiny"
@@ -67,7 +68,7 @@ def stored_config(run_id: str, store: str | None = None, overrides: list[str] | 
     probe = Store(store_root(store))
     cfg = load_run_config(probe, run_id, _items(overrides, store))
     if cfg is None:
-        if probe.fs.glob(f"{probe.run_dir(run_id)}/gen=*/stages/*.json"):
+        if RunReader(probe).has_markers(run_id):
             raise FileNotFoundError(
                 f"run {run_id!r} has stage markers in the store {probe.base} but its config "
                 f"runs/{run_id}/config.yaml is gone; put it back, or continue with the settings it was started "
@@ -100,13 +101,9 @@ class RunConfigMismatch(ValueError):
     """A run id reused with a config that would change its artifacts; the message names the keys."""
 
 
-def run_config_path(store: Store, run_id: str) -> str:
-    return f"{store.run_dir(run_id)}/config.yaml"
-
-
 def load_run_config(store: Store, run_id: str, overrides: list[str] | tuple[str, ...] = ()) -> SpadeConfig | None:
     """The run's stored config (with ``overrides`` on top), or None for a run the store has not seen."""
-    path = run_config_path(store, run_id)
+    path = store.config_path(run_id)
     try:
         data = store.read_bytes(path)
     except FileNotFoundError:
@@ -137,7 +134,7 @@ def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
         rlve.resolve(cfg.designer.fixed_pool)
     stored = load_run_config(store, run_id)
     if stored is None:
-        store.write_text(run_config_path(store, run_id), cfg.to_yaml())
+        store.write_text(store.config_path(run_id), cfg.to_yaml())
         return cfg
     if artifact_hash(stored) != artifact_hash(cfg):
         changed = _changed_keys(bound_settings(stored), bound_settings(cfg))

@@ -26,10 +26,10 @@ from typing import Any, cast
 from spade_core.config import SpadeConfig
 from spade_core.llm.base import Completion, GenerationRequest, Generator, KVCacheOwner, SamplingParams
 from spade_core.pipeline.context import GenerationContext
-from spade_core.pipeline.verify import file_problems
 from spade_core.steps import first_step
 from spade_core.store.artifacts import WrittenFile
 from spade_core.store.checkpoints import newest_checkpoint_at_or_below
+from spade_core.store.integrity import file_problems
 from spade_core.store.markers import (
     StageRecord,
     artifact_hash,

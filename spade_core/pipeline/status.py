@@ -12,9 +12,9 @@ from collections.abc import Collection, Iterable
 
 from spade_core.config import SpadeConfig
 from spade_core.pipeline.registry import chain_for, stages_for
-from spade_core.pipeline.verify import Listings, file_problems
 from spade_core.stage_names import STEP_STAGES, instance_name
 from spade_core.store.artifacts import Store
+from spade_core.store.integrity import Listings, file_problems
 from spade_core.store.markers import MarkerScan, StageRecord, scan_markers
 
 

@@ -4,12 +4,9 @@ A marker is written LAST, so when it exists its files were complete at that mome
 afterwards is outside the pipeline: a file deleted, truncated, replaced or changed in place (a partial sync,
 a disk error, a user's ``rm``), a marker cut short, or a marker edited to name a file elsewhere. The checks:
 
-- :func:`file_problems` (every reuse, ``spade status``, ``spade verify``): each listed file lies inside the
-  store (:meth:`~spade_core.store.artifacts.Store.confine`: no ``..``, no path elsewhere, no symbolic link), exists
-  with its recorded size (one fresh listing per directory, shared through ``listings``) and has its recorded
-  digest (the sha256 of its bytes, read in chunks; ``content=False`` skips it: ``spade verify --quick``). A
-  file's digest is computed once per process for one (path, size, stamp): the whole-stage marker of a
-  sharded stage lists its shards' files again, and ``spade status`` asks about each generation twice. A
+- :func:`spade_core.store.integrity.file_problems` (every reuse, ``spade status``, ``spade verify``, and
+  ``spade sql``'s views through :class:`spade_core.store.reader.RunReader`): each listed file lies inside the
+  store, exists with its recorded size and has its recorded digest (``spade verify --quick``: sizes only). A
   checkpoint's weights (gigabytes each) are read for their digest by ``spade verify`` alone (``weights``);
   a reuse checks their sizes, and a checkpoint is checked whole before it is loaded
   (:func:`spade_core.store.checkpoints.check_checkpoint`);
@@ -23,107 +20,16 @@ stages after them, in this generation and the next): ``spade verify --repair`` r
 
 from __future__ import annotations
 
-import posixpath
 import re
-import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spade_core.store.artifacts import Store, StoreError
-from spade_core.store.checkpoints import MARKER as CHECKPOINT_MARKER
-from spade_core.store.markers import MarkerScan, StageRecord, scan_markers, stages_dir
+from spade_core.store.integrity import Problem, listed_files
+from spade_core.store.markers import MarkerScan, StageRecord, stages_dir
 from spade_core.store.schemas import SCHEMAS
-
-Listings = dict[str, dict[str, tuple[int, str]]]  # directory -> {path: (size, stamp)}, one listing each
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One damaged file of one marker: which generation and marker, which file, and what is wrong."""
-
-    gen: int
-    marker: str  # the stage instance, with its shard: ``rollout-s0-1``
-    path: str
-    reason: str
-
-    def line(self) -> str:
-        """One line for a person: ``gen 1 rollout-s0-1: /store/tables/...parquet is missing``."""
-        return f"gen {self.gen} {self.marker}: {self.path} {self.reason}"
-
-
-def listed_files(record: StageRecord) -> list[tuple[str, str]]:
-    """``(table, path)`` of every file the marker lists, in a stable order.
-
-    >>> r = StageRecord(stage="s", run_id="r", gen=1, artifact_hash="a", digest="d",
-    ...                 files={"b": ["/x/2.parquet"], "a": ["/x/1.parquet"]})
-    >>> listed_files(r)
-    [('a', '/x/1.parquet'), ('b', '/x/2.parquet')]
-    """
-    return [(table, path) for table in sorted(record.files) for path in record.files[table]]
-
-
-def file_problems(
-    store: Store, record: StageRecord, listings: Listings | None = None, *, content: bool = True, weights: bool = False
-) -> list[Problem]:
-    """The files of ``record`` that lie outside the store, are missing, or whose size or digest differs from
-    the recorded one (``content=False``: sizes only; a checkpoint's files other than its marker by size unless
-    ``weights``).
-
-    A marker written before sizes (digests) were recorded is checked without them. ``listings`` caches one
-    listing per directory across calls (pass the same dict for the markers of one run).
-    """
-    listings = {} if listings is None else listings
-    problems = []
-    for table, recorded in listed_files(record):
-        try:
-            path = store.confine(recorded)
-        except StoreError as exc:
-            problems.append(Problem(record.gen, record.name, recorded, str(exc).removeprefix(f"{recorded!r} ")))
-            continue
-        directory = posixpath.dirname(path)
-        if directory not in listings:
-            listings[directory] = store.file_stamps(directory)
-        found = listings[directory].get(path)
-        expected = record.sizes.get(recorded)
-        if found is None:
-            problems.append(Problem(record.gen, record.name, path, "is missing"))
-        elif expected is not None and found[0] != expected:
-            reason = f"has {found[0]} bytes, its marker recorded {expected}"
-            problems.append(Problem(record.gen, record.name, path, reason))
-        elif (
-            content
-            and (weights or not _weights(table, path))
-            and record.file_digests.get(recorded) not in (None, _digest(store, path, found))
-        ):
-            problems.append(Problem(record.gen, record.name, path, "has changed since its stage wrote it (digest)"))
-    return problems
-
-
-def _weights(table: str, path: str) -> bool:
-    """Whether a listed file is one of a checkpoint's own files (its weights, its optimizer state), not the
-    checkpoint's small marker."""
-    return table == "checkpoint" and posixpath.basename(path) != CHECKPOINT_MARKER
-
-
-_DIGESTS: dict[tuple[str, int, str], str] = {}
-_DIGESTS_LOCK = threading.Lock()
-
-
-def _digest(store: Store, path: str, found: tuple[int, str]) -> str:
-    """The digest of a file's bytes, once per process for one (path, size, stamp) of a fresh listing."""
-    key = (path, *found)
-    with _DIGESTS_LOCK:
-        known = _DIGESTS.get(key) if found[1] else None
-    if known is not None:
-        return known
-    digest = store.file_digest(path)
-    if found[1]:
-        with _DIGESTS_LOCK:
-            _DIGESTS[key] = digest
-    return digest
 
 
 def schema_problems(store: Store, record: StageRecord) -> list[Problem]:
@@ -211,36 +117,4 @@ def dependants(markers: dict[int, dict[str, StageRecord]], damaged: Iterable[tup
                     out.add((gen, name))
                     keys.add(f"gen{gen}/{name}")
                     grew = True
-    return out
-
-
-def listed_but_missing(store: Store, tables: Iterable[str]) -> dict[str, list[Problem]]:
-    """``{table: problems}``: the files of ``tables`` that a stage marker of any run in the store lists but
-    that are missing, so a query over the table's files (``spade sql``'s views take every file of the table)
-    would answer without their rows and say nothing. Reads every marker of every run once."""
-    wanted = set(tables)
-    out: dict[str, list[Problem]] = {}
-    if not wanted:
-        return out
-    listings: Listings = {}
-    runs = [posixpath.basename(str(p).rstrip("/")) for p in store.fs.glob(store.path("runs", "*"))]
-    for run_id in sorted(runs):
-        try:
-            scan = scan_markers(store, run_id)
-        except StoreError:  # a directory that is no run id
-            continue
-        for gen in sorted(scan.records):
-            for record in scan.records[gen].values():
-                for table, recorded in listed_files(record):
-                    if table not in wanted:
-                        continue
-                    try:
-                        path = store.confine(recorded)
-                    except StoreError:
-                        continue
-                    directory = posixpath.dirname(path)
-                    if directory not in listings:
-                        listings[directory] = store.file_stamps(directory)
-                    if path not in listings[directory]:
-                        out.setdefault(table, []).append(Problem(gen, f"{run_id} {record.name}", path, "is missing"))
     return out

@@ -49,30 +49,19 @@ from typing import Any
 
 import duckdb
 import pandas as pd
-import yaml
 
 from sandbox.outcome import LEFT_OUT_ERROR_TYPES
 from spade_core.envs.rlve_pool import controller, difficulty_history
 from spade_core.report.chosen import CHOSEN_COLUMNS, load_chosen
 from spade_core.report.timeline import stage_timeline
 from spade_core.store.artifacts import Store, StoreError
-from spade_core.store.catalog import connect
-from spade_core.store.markers import list_markers
+from spade_core.store.reader import RunReader
+from spade_core.store.verdicts import final_verdicts
 
 
 class ReportError(StoreError):
     """An unknown run or baseline, or a report that cannot be written; the message names the value."""
 
-
-# The final verdict of each design of one run: its highest attempt's validation, less novelty rejections.
-_VERDICTS = """
-select v.run_id, v.gen, v.design_id,
-       v.ok and not exists (select 1 from novelty n where n.run_id = v.run_id and n.gen = v.gen
-                            and n.design_id = v.design_id and n.attempt = v.attempt and not n.novel) as ok
-from validations v
-where v.run_id = $run and v.design_id is not null
-qualify row_number() over (partition by v.run_id, v.gen, v.design_id order by v.attempt desc) = 1
-"""
 
 # Valid scored environments of one run: rows of valid designs plus replayed / fixed-pool rows.
 _VALID_SCORES = """
@@ -80,13 +69,13 @@ select s.gen, s.env_id, s.design_id, s.skill, s.win_rate, s.r_hint, s.r_no_hint,
 from env_scores s
 where s.run_id = $run and (
     s.design_id is null
-    or exists (select 1 from ({verdicts}) v where v.gen = s.gen and v.design_id = s.design_id and v.ok))
-""".replace("{verdicts}", _VERDICTS)
+    or exists (select 1 from verdicts v where v.gen = s.gen and v.design_id = s.design_id and v.ok))
+"""
 
 _FUNNEL = """
 with d as (select gen, count(*) as designed, count(code) as with_code from designs
            where run_id = $run and attempt = 0 group by gen),
-v as (select gen, count(*) filter (where ok) as valid from ({verdicts}) group by gen),
+v as (select gen, count(*) filter (where ok) as valid from verdicts group by gen),
 s as (select gen, count(*) filter (where design_id is not null) as scored,
              count(*) filter (where design_id is null) as replayed
       from ({valid}) group by gen),
@@ -95,7 +84,7 @@ select g.gen, coalesce(designed, 0) as designed, coalesce(with_code, 0) as with_
        coalesce(valid, 0) as valid, coalesce(scored, 0) as scored, coalesce(replayed, 0) as replayed
 from g left join d using (gen) left join v using (gen) left join s using (gen)
 order by g.gen
-""".replace("{valid}", _VALID_SCORES).replace("{verdicts}", _VERDICTS)
+""".replace("{valid}", _VALID_SCORES)
 
 # The designer's reward per generation of the run and of the baseline run, from the reward stage's rows: the
 # raw curve over the designs played (not the parent copies scoring.parent_copy_raw rewards unplayed, which have
@@ -258,19 +247,9 @@ class RunData:
         return ours, theirs or 1
 
 
-def _name_after(path: str, prefix: str) -> str | None:
-    for part in path.rstrip("/").split("/"):
-        if part.startswith(prefix):
-            return part[len(prefix) :]
-    return None
-
-
 def list_runs(store: Store) -> list[str]:
-    """Every run id that has a table partition or a stored config in the store, sorted."""
-    names = {_name_after(p, "run=") for p in store.fs.glob(store.path("tables", "*", "run=*"))}
-    for p in store.fs.glob(store.path("runs", "*", "config.yaml")):
-        names.add(p.rstrip("/").split("/")[-2])
-    return sorted(n for n in names if n)
+    """Every run id of the store, sorted (:meth:`~spade_core.store.reader.RunReader.runs`)."""
+    return RunReader(store).runs()
 
 
 def _unknown(kind: str, run_id: str, store: Store, runs: list[str]) -> ReportError:
@@ -279,16 +258,20 @@ def _unknown(kind: str, run_id: str, store: Store, runs: list[str]) -> ReportErr
 
 
 def read_config(store: Store, run_id: str) -> tuple[str | None, dict[str, Any]]:
-    """The stored resolved config of a run (``runs/{run_id}/config.yaml``) as text and as a dict."""
-    path = store.run_dir(run_id) + "/config.yaml"
-    if not store.exists(path):
-        return None, {}
-    text = store.read_bytes(path).decode("utf-8", errors="replace")
-    try:
-        parsed = yaml.safe_load(text)
-    except yaml.YAMLError:
-        parsed = None
-    return text, parsed if isinstance(parsed, dict) else {}
+    """The stored resolved config of a run as text and as a dict."""
+    reader = RunReader(store)
+    return reader.config_text(run_id), reader.config(run_id)
+
+
+def verdict_rows(reader: RunReader, run_id: str) -> pd.DataFrame:
+    """gen, design_id, ok: the final verdict of each design of the run, generation by generation
+    (:func:`spade_core.store.verdicts.final_verdicts`, with the top-ups of every step the generation ran)."""
+    frames = [pd.DataFrame(columns=["gen", "design_id", "ok"])]
+    for gen, records in sorted(reader.markers(run_id).items()):
+        refills = sorted({r.stage for r in records.values() if r.stage.startswith("refill-s")})
+        final = final_verdicts(reader.store, run_id, gen, steps=refills)
+        frames.append(final.assign(gen=gen)[["gen", "design_id", "ok"]])
+    return pd.concat(frames, ignore_index=True).astype({"gen": "int64", "ok": bool})
 
 
 def fixed_pool_of(config: dict[str, Any]) -> str | None:
@@ -296,27 +279,6 @@ def fixed_pool_of(config: dict[str, Any]) -> str | None:
     designer = config.get("designer")
     value = designer.get("fixed_pool") if isinstance(designer, dict) else None
     return str(value) if value else None
-
-
-def _mtime(info: dict[str, Any]) -> dt.datetime | None:
-    """Modification time of a file-info dict from a local (``mtime``) or S3 (``LastModified``) filesystem."""
-    value = info.get("mtime", info.get("LastModified"))
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if isinstance(value, int | float):
-        return dt.datetime.fromtimestamp(value, tz=dt.UTC)
-    return None
-
-
-def _write_times(store: Store, run_id: str) -> pd.DataFrame:
-    """One row per table file of the run: its generation and modification time."""
-    found = store.fs.glob(store.path("tables", "*", f"run={run_id}", "gen=*", "*.parquet"), detail=True)
-    rows = []
-    for path, info in found.items():
-        gen = _name_after(path, "gen=")
-        if gen is not None and gen.isdigit():
-            rows.append({"gen": int(gen), "time": _mtime(info)})
-    return pd.DataFrame(rows, columns=["gen", "time"])
 
 
 def _choose_baseline(
@@ -361,12 +323,14 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
         ReportError: ``run_id`` or ``baseline`` is not in the store (the message lists the runs).
     """
     store.run_dir(run_id)  # a malformed run id is a StoreError naming it
-    runs = list_runs(store)
+    reader = RunReader(store)
+    runs = reader.runs()
     if run_id not in runs:
         raise _unknown("run", run_id, store, runs)
-    config_text, config = read_config(store, run_id)
-    con = connect(store)
+    config_text, config = reader.config_text(run_id), reader.config(run_id)
+    con, _ = reader.connect()
     try:
+        con.register("verdicts", verdict_rows(reader, run_id))
         chosen, others = _choose_baseline(store, run_id, baseline, runs, config, con)
         params = {"run": run_id}
 
@@ -374,7 +338,7 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             names = {k: v for k, v in {**params, **extra}.items() if f"${k}" in sql}
             return con.execute(sql, names).df()
 
-        times = _write_times(store, run_id)
+        times = reader.write_times(run_id)
         timed = times.dropna(subset=["time"])
         gen_times = (
             timed.groupby("gen")["time"].agg(first_write="min", last_write="max").reset_index()
@@ -382,7 +346,7 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
             else pd.DataFrame(columns=["gen", "first_write", "last_write"])
         )
         curve = frame(_LEARNING_CURVE)
-        markers = list_markers(store, run_id)
+        markers = reader.markers(run_id)
         generations = sorted(g for g in set(times["gen"]) if g >= 1)
         rewards = frame(_DESIGNER_REWARD, baseline=chosen.run_id if chosen else run_id)
         rewarded = {int(g) for g, records in markers.items() if "reward" in records}

@@ -16,15 +16,10 @@ import pandas as pd
 from spade_core.envs.seeds import load_seed_envs, load_starter_envs
 from spade_core.pipeline.run_config import load_run_config
 from spade_core.store.artifacts import Store
-from spade_core.store.markers import marked_rows
+from spade_core.store.reader import RunReader
 
 COLUMNS = ["depth", "env_id", "origin", "run_id", "gen", "skill", "win_rate", "regret"]
 MAX_DEPTH = 1000  # a chain longer than this is a cycle in corrupted rows, not a lineage
-
-
-def store_runs(store: Store) -> list[str]:
-    """Every run the store has markers or a config for, sorted."""
-    return sorted({path.rstrip("/").split("/")[-1] for path in store.fs.glob(store.path("runs", "*"))})
 
 
 def named_runs(store: Store, runs: list[str]) -> list[str]:
@@ -50,11 +45,12 @@ def lineage(store: Store, env_id: str, runs: list[str] | None = None) -> pd.Data
     configs name) list, so a row written under another run, or around the pipeline, cannot graft an ancestor
     on; None: every run of the store. Raises ``FileNotFoundError`` when ``env_id`` is neither designed nor
     library."""
-    scope = named_runs(store, runs) if runs is not None else store_runs(store)
-    designs = marked_rows(store, "designs", scope)
+    reader = RunReader(store)
+    scope = named_runs(store, runs) if runs is not None else reader.runs()
+    designs = reader.rows("designs", scope)
     designs = designs[designs["env_id"].notna()].sort_values("gen", kind="stable")
     designs = designs.drop_duplicates("env_id").set_index("env_id")  # its first design names its parent
-    scores = marked_rows(store, "env_scores", scope).sort_values("gen", kind="stable")
+    scores = reader.rows("env_scores", scope).sort_values("gen", kind="stable")
     scores = scores.drop_duplicates("env_id", keep="last").set_index("env_id")  # the latest generation's
     library = {e.env_id: ("starter", e.skill) for e in load_starter_envs()}
     library.update({e.env_id: ("seed", e.skill) for e in load_seed_envs()})

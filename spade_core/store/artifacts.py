@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from spade_core.faults import s3_refusal
 from spade_core.hashing import short_hash, stream_hash
+from spade_core.store.digests import Digests
 from spade_core.store.fs import s3_filesystem
 from spade_core.store.schemas import SCHEMAS, TABLES, to_arrow
 
@@ -108,6 +109,8 @@ class Store:
     base: str = field(init=False)
     _io: collections.Counter[str] = field(init=False, repr=False, compare=False, default_factory=collections.Counter)
     _io_lock: threading.Lock = field(init=False, repr=False, compare=False, default_factory=threading.Lock)
+    # the digests and row counts of files this store has read, by (path, size, stamp): each read once
+    digests: Digests = field(init=False, repr=False, compare=False, default_factory=Digests)
 
     def _count(self, kind: str, n: int = 1) -> None:
         with self._io_lock:
@@ -190,6 +193,10 @@ class Store:
 
     def run_dir(self, run_id: str) -> str:
         return self.path("runs", _check_name("run id", run_id))
+
+    def config_path(self, run_id: str) -> str:
+        """Where the run's resolved config is stored (``runs/{run_id}/config.yaml``)."""
+        return f"{self.run_dir(run_id)}/config.yaml"
 
     def locate(self, path: str) -> str:
         """A path a marker recorded, under this store's root: a store that was copied or moved keeps its
@@ -288,6 +295,12 @@ class Store:
         self._count("read")
         with self.fs.open(path, "rb") as fh:
             return stream_hash(fh)
+
+    def parquet_rows(self, path: str) -> int:
+        """The rows of a Parquet file, from its footer alone."""
+        self._count("read")
+        with self.fs.open(path, "rb") as fh:
+            return int(pq.ParquetFile(fh).metadata.num_rows)
 
     def exists(self, path: str) -> bool:
         self._count("list")
@@ -448,10 +461,6 @@ class Store:
             empty.insert(0, "run_id", pd.Series(dtype="object"))
             return empty
         return pd.concat(frames, ignore_index=True)
-
-    def file_sizes(self, directory: str) -> dict[str, int]:
-        """``{path: size}`` of the files directly in ``directory``; see :meth:`file_stamps`."""
-        return {path: size for path, (size, _) in self.file_stamps(directory).items()}
 
     def file_stamps(self, directory: str) -> dict[str, tuple[int, str]]:
         """``{path: (size, stamp)}`` of the files directly in ``directory`` (one fresh listing, never a cached

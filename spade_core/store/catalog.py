@@ -17,6 +17,8 @@ they change nothing outside the process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import duckdb
 
 from spade_core.store.artifacts import Store, arrow_schema_with_partitions
@@ -51,32 +53,39 @@ def _read_only_root(con: duckdb.DuckDBPyConnection, store: Store) -> str:
     return root
 
 
-def connect(store: Store, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with one view per store table; ``read_only``: see the module."""
+def connect(
+    store: Store, *, read_only: bool = False, files: Mapping[str, Sequence[str]] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with one view per store table; ``read_only``: see the module.
+
+    ``files``: the files of each table its view reads (what the markers list:
+    :meth:`spade_core.store.reader.RunReader.connect`); None: every file of the table."""
     con = duckdb.connect()
-    glob = store.table_glob
-    if read_only:
-        root = _read_only_root(con, store)
-        base = store.base.rstrip("/")
-
-        def glob(table: str) -> str:
-            return root + store.table_glob(table)[len(base) :]
-
-    elif store.is_s3:
+    base = store.base.rstrip("/")
+    root = _read_only_root(con, store) if read_only else base
+    if store.is_s3 and not read_only:
         con.register_filesystem(store.fs)
+
+    def source(table: str) -> str | None:
+        """The ``read_parquet`` argument of a table's files; None when it has none."""
+        if files is None:
+            return _quote(root + store.table_glob(table)[len(base) :]) if store.has_table(table) else None
+        paths = [root + path[len(base) :] for path in files.get(table, ())]
+        return "[" + ", ".join(_quote(path) for path in paths) + "]" if paths else None
+
     for table in TABLES:
-        if store.has_table(table):
+        if (found := source(table)) is not None:
             # Unioned by name with an empty table of the schema, so that a column no file has yet (one added
             # after the store's files were written) reads as nulls of its type instead of failing to bind.
             con.register(f"_{table}_schema", SCHEMAS[table].empty_table())
-            files = (
-                f"read_parquet({_quote(glob(table))}, hive_partitioning=true, union_by_name=true, "
+            parquet = (
+                f"read_parquet({found}, hive_partitioning=true, union_by_name=true, "
                 "hive_types={'run': VARCHAR, 'gen': BIGINT})"
             )
             columns = ", ".join(f'"{name}"' for name in SCHEMAS[table].names)
             con.execute(  # the same column order as the empty view: run_id, gen, then the schema's columns
                 f"CREATE VIEW {table} AS SELECT run AS run_id, gen, {columns} FROM "
-                f"(SELECT * FROM {files} UNION ALL BY NAME SELECT * FROM _{table}_schema)"
+                f"(SELECT * FROM {parquet} UNION ALL BY NAME SELECT * FROM _{table}_schema)"
             )
         else:
             con.register(f"_{table}_empty", arrow_schema_with_partitions(table).empty_table())

@@ -24,7 +24,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from spade_core.config import SpadeConfig
 from spade_core.hashing import short_hash
-from spade_core.store.artifacts import Store
+from spade_core.store.artifacts import Store, WrittenFile
 
 log = logging.getLogger(__name__)
 
@@ -240,26 +240,24 @@ def now_precise() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
 
 
-def marked_rows(
-    store: Store,
-    table: str,
-    runs: Sequence[str],
-    *,
-    stages: Callable[[str], bool] | None = None,
-    gens: Callable[[int], bool] | None = None,
-    columns: Sequence[str] | None = None,
-) -> pd.DataFrame:
-    """The rows of ``table`` in the files that the markers of ``runs`` list (only markers of the ``stages``
-    and ``gens`` the predicates accept): a file written into a partition around the pipeline, or under a run
-    outside ``runs``, is not read. Each file is read once, however many markers list it (a sharded stage's
-    shards and its whole-stage marker)."""
-    files = {
-        path
-        for run in runs
-        for gen, records in list_markers(store, run).items()
-        if gens is None or gens(gen)
-        for record in records.values()
-        if stages is None or stages(record.stage)
-        for path in listed_files(store, run, gen, record.stage, table, record=record) or []
-    }
-    return store.read_files(table, sorted(files), columns=columns)
+def write_command_marker(
+    store: Store, cfg: SpadeConfig, run_id: str, gen: int, command: str, written: Sequence[WrittenFile]
+) -> StageRecord:
+    """The marker of a command's own write into a run (``spade eval --run-id`` as ``eval-cli``, ``spade
+    rollout --run-id`` as ``rollout-cli``, the demo's ``seed_check``): to every reader its files are the run's
+    rows, as a stage's are (docs/DESIGN.md §10); no stage takes it as an input or reuses it."""
+    record = StageRecord(
+        stage=command,
+        run_id=run_id,
+        gen=gen,
+        artifact_hash=artifact_hash(cfg),
+        digest=combined_digest(sorted((w.path, w.digest) for w in written)),
+        files={table: [w.path for w in written if w.table == table] for table in {w.table for w in written}},
+        sizes={w.path: w.size for w in written},
+        file_digests={w.path: w.digest for w in written},
+        rows={table: sum(w.rows for w in written if w.table == table) for table in {w.table for w in written}},
+        started_at=now_precise(),
+        finished_at=now(),
+    )
+    write_marker(store, record)
+    return record

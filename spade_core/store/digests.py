@@ -1,0 +1,95 @@
+"""Digests and Parquet row counts of stored files, each read once per (path, size, stamp) (docs/DESIGN.md §10).
+
+The stamp of a fresh listing changes when a file is rewritten (the local mtime, the S3 ETag), so an entry
+is the file's as long as its listing says so: the whole-stage marker of a sharded stage lists its shards'
+files again, and ``spade status`` asks about each generation twice. Each
+:class:`~spade_core.store.artifacts.Store` owns one :class:`Digests`; a reader that checks the same files on
+every command (``spade sql``) keeps the entries in a file between commands (:meth:`Digests.load` /
+:meth:`Digests.save`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Key = tuple[str, int, str]  # (path, size, stamp) of a fresh listing
+
+
+@dataclass
+class Digests:
+    """Digests and Parquet row counts of files, keyed by (path, size, stamp): each read once.
+
+    An entry whose listing had no stamp is never kept (a rewrite of the same size would go unseen). A copy
+    that travels to a worker process travels empty."""
+
+    digests: dict[Key, str] = field(default_factory=dict)
+    rows: dict[Key, int] = field(default_factory=dict)
+    changed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.digests, self.rows, self.changed, self.lock = {}, {}, False, threading.Lock()
+
+    def digest(self, path: str, found: tuple[int, str], read: Callable[[], str]) -> str:
+        """The digest of a file's bytes (``read`` computes it), given its (size, stamp) from a fresh listing."""
+        key = (path, *found)
+        with self.lock:
+            known = self.digests.get(key) if found[1] else None
+        if known is None:
+            known = read()
+            self._keep(self.digests, key, known)
+        return known
+
+    def row_count(self, path: str, found: tuple[int, str], read: Callable[[], int]) -> int:
+        """The rows of a Parquet file (``read`` counts them), given its (size, stamp) from a fresh listing."""
+        key = (path, *found)
+        with self.lock:
+            known = self.rows.get(key) if found[1] else None
+        if known is None:
+            known = read()
+            self._keep(self.rows, key, known)
+        return known
+
+    def _keep(self, table: dict[Key, Any], key: Key, value: object) -> None:
+        if key[2]:
+            with self.lock:
+                table[key] = value
+                self.changed = True
+
+    def load(self, file: Path) -> Digests:
+        """Add the entries kept in ``file`` (a missing or unreadable file adds none); returns self."""
+        try:
+            entries = [(str(p), int(s), str(t), d, r) for p, s, t, d, r in json.loads(file.read_text())["entries"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return self
+        with self.lock:
+            for path, size, stamp, digest, rows in entries:
+                if stamp:
+                    if digest is not None:
+                        self.digests.setdefault((path, size, stamp), str(digest))
+                    if rows is not None:
+                        self.rows.setdefault((path, size, stamp), int(rows))
+        return self
+
+    def save(self, file: Path, keep: Callable[[str], bool]) -> None:
+        """Write the entries of the paths ``keep`` accepts to ``file`` (atomically), if any changed since
+        :meth:`load`."""
+        with self.lock:
+            if not self.changed:
+                return
+            keys = [key for key in self.digests.keys() | self.rows.keys() if keep(key[0])]
+            entries = [[*key, self.digests.get(key), self.rows.get(key)] for key in sorted(keys)]
+            self.changed = False
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f".{file.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"entries": entries}))
+        os.replace(tmp, file)
