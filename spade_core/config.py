@@ -514,12 +514,15 @@ class RolloutConfig(_Section):
         description="transformers backend: keep each live episode's KV cache between turns and prefill only "
         "the new tokens (exact under greedy decoding); False = re-prefill the whole conversation every turn.",
     )
-    agent_prompt: Literal["ours", "authors"] = Field(
+    agent_prompt: Literal["ours", "authors", "authors_rlve"] = Field(
         "ours",
         description="The game agent's prompt (spade_core/play/agent_prompts.py): 'ours' = a system prompt naming "
         "the box the engine plays (first under action=boxed, last under reply) and the observation as it is; "
         "'authors' = no system prompt, the first observation wrapped in their one-message template "
-        "(orchestrator.py:256-265) [ours; authors in the paper presets].",
+        "(orchestrator.py:256-265); 'authors_rlve' = their fixed-environment RLVE prompt, no system prompt, the "
+        "observation then 'Please reason step by step, and put your final answer within \\boxed{{}}.' with its "
+        "doubled braces (fixed_env_orchestrator.py:59-63) [ours; authors in paper-games and paper-tool-use, "
+        "authors_rlve in paper-fixed-rlve].",
     )
     tool_turns: Literal["count", "free"] = Field(
         "count",
@@ -734,12 +737,14 @@ class TrainingConfig(_Section):
         "short batch is padded with inert copies, which count in the loss's mean only when beta > 0, as in "
         "Slime); every environment is played ceil(G / pool size) times per step instead of rollout.plays_no_hint.",
     )
-    batch_fill: Literal["pad", "duplicate"] = Field(
+    batch_fill: Literal["pad", "duplicate", "random"] = Field(
         "pad",
         description="How a step with too few samples for global_batch_size is filled: 'pad' = inert rows only; "
         "'duplicate' = the agent's real plays are first repeated in turn up to G minus the step's new designs "
         "(at a generation's first step), after every real play and so cut first, then inert rows, as the "
-        "authors' orchestrator.py:2607-2620 [pad; duplicate in the paper presets].",
+        "authors' orchestrator.py:2607-2620; 'random' = the agent's real plays copied, each copy drawn at random "
+        "with replacement, up to G, as their fixed-environment baseline (fixed_env_rollout.py:448-462) [pad; "
+        "duplicate in paper-games and paper-tool-use, random in paper-fixed-rlve].",
     )
     total_steps: int | None = Field(
         None,
@@ -780,8 +785,10 @@ class TrainingConfig(_Section):
     def _tis_bounds(self) -> TrainingConfig:
         if self.tis_low > self.tis_high:
             raise ValueError(f"training.tis_low {self.tis_low} must be <= training.tis_high {self.tis_high}")
-        if self.batch_fill == "duplicate" and self.global_batch_size is None:
-            raise ValueError("training.batch_fill duplicate needs training.global_batch_size: the size to fill")
+        if self.batch_fill != "pad" and self.global_batch_size is None:
+            raise ValueError(
+                f"training.batch_fill {self.batch_fill} needs training.global_batch_size: the size to fill"
+            )
         if self.drop_zero_advantage and self.beta > 0:
             raise ValueError(
                 f"training.drop_zero_advantage needs training.beta 0, got {self.beta}: with a KL term a sample "

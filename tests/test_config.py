@@ -274,7 +274,25 @@ PAPER_TOOL_USE = {
 }
 
 
-@pytest.mark.parametrize(("preset", "expected"), [("paper-games", PAPER_GAMES), ("paper-tool-use", PAPER_TOOL_USE)])
+# The authors' fixed-RLVE baseline (cmd/games/train_fixed_rlve_4b.sh and the play of
+# spade/core/fixed_env_orchestrator.py, spade/slime/fixed_env_rollout.py), where it differs from SPADE's own play.
+PAPER_FIXED_RLVE = {
+    # one user message, no system prompt, their "\\boxed{{}}" line as sent (fixed_env_orchestrator.py:59-63)
+    "rollout.agent_prompt": "authors_rlve",
+    # no top-k passed (fixed_env_orchestrator.py:347-355): Slime's -1, off
+    "model.top_k": None,
+    # --apply-chat-template-kwargs '{"enable_thinking":false}' (train_fixed_rlve_4b.sh:91)
+    "model.enable_thinking": False,
+    # a short batch padded with random.choice copies of real samples (fixed_env_rollout.py:448-462)
+    "training.batch_fill": "random",
+    "training.global_batch_size": 256,
+}
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [("paper-games", PAPER_GAMES), ("paper-tool-use", PAPER_TOOL_USE), ("paper-fixed-rlve", PAPER_FIXED_RLVE)],
+)
 def test_paper_presets_reproduce_the_authors_launch_scripts(preset: str, expected: dict[str, object]) -> None:
     cfg = load_config(preset)
     for key, value in expected.items():

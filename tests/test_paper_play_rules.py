@@ -12,7 +12,7 @@ from test_tool_protocol import DEPOSIT_AND_LOOK, MALFORMED, NATIVE, SAFE
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import SamplingParams
-from spade_core.play.agent_prompts import AUTHORS_GAME_USER, game_system
+from spade_core.play.agent_prompts import AUTHORS_GAME_USER, AUTHORS_RLVE_INSTRUCTION, game_system
 from spade_core.play.rollout import MALFORMED_CALL_FEEDBACK, EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -53,6 +53,18 @@ def test_the_authors_prompt_is_one_user_message_wrapping_the_first_observation_a
     tool_cfg = NATIVE.model_copy(update={"agent_prompt": "authors"})  # tool use: the same under both
     (tool,), _ = play(Scripted({0: ["<answer>15</answer>"]}), SAFE, [(0, "no_hint", None)], tool_cfg)
     assert tool["transcript"][0]["role"] == "system" and tool["transcript"][1]["content"].startswith("seed 0:")
+
+
+def test_the_authors_rlve_prompt_is_the_observation_and_their_line_with_its_doubled_braces() -> None:
+    cfg = GAME.model_copy(update={"agent_prompt": "authors_rlve"})
+    (row,), _ = play(Scripted({0: ["\\boxed{a}"]}), ECHO, [(0, "no_hint", None)], cfg)
+    first = row["transcript"][0]
+    assert first == {"role": "user", "content": "seed 0: say a" + AUTHORS_RLVE_INSTRUCTION}
+    assert first["content"].endswith("put your final answer within \\boxed{{}}.")  # as they send it
+    (ours,), _ = play(Scripted({0: ["\\boxed{a}"]}), ECHO, [(0, "no_hint", None)], GAME)
+    assert [m["role"] for m in ours["transcript"][:2]] == ["system", "user"] and ours["transcript"][1]["content"] == (
+        "seed 0: say a"
+    )
 
 
 # -- rollout.hinted_play_rules --------------------------------------------------------------------------------

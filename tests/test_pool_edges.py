@@ -91,8 +91,28 @@ def test_the_stored_step_is_filled_as_the_setting_says(tmp_path: Path, fill: str
 
 
 def test_repeating_needs_a_batch_size() -> None:
-    with pytest.raises(Exception, match=r"training\.batch_fill duplicate needs training\.global_batch_size"):
-        load_config("tiny", overrides=["training.batch_fill=duplicate"])
+    for fill in ("duplicate", "random"):
+        with pytest.raises(Exception, match=rf"training\.batch_fill {fill} needs training\.global_batch_size"):
+            load_config("tiny", overrides=[f"training.batch_fill={fill}"])
+
+
+@pytest.mark.parametrize(("fill", "agent_samples"), [("random", 256), ("pad", 200)])
+def test_the_fixed_rlve_baseline_fills_a_short_batch_with_random_copies(
+    tmp_path: Path, fill: str, agent_samples: int
+) -> None:
+    cfg = load_config("paper-fixed-rlve", overrides=[f"training.batch_fill={fill}", f"store.root={tmp_path}"])
+    store = _stored_step(tmp_path, 0, 200, 16)
+    batch = build_batch(cfg, store, "fill", 1, 0, tokenizer=None)
+    plays = batch.samples(AGENT)
+    assert len(plays) == agent_samples and batch.duplicated == agent_samples - 200
+    copies = [s.source_id for s in plays if s.duplicate]
+    real = {s.source_id for s in plays if not s.duplicate}
+    assert set(copies) <= real and len(real) == 200
+    if fill == "random":  # drawn at random, with replacement: not the first 56 plays in turn
+        assert copies != sorted(real)[: len(copies)] and len(set(copies)) < len(copies)
+        assert [s.source_id for s in build_batch(cfg, store, "fill", 1, 0, tokenizer=None).samples(AGENT)] == [
+            s.source_id for s in plays
+        ]  # the same batch when the step is trained again
 
 
 # -- designer.top_up_at ---------------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ def test_paper_fixed_rlve_preset_pins() -> None:
     cfg = load_config("paper-fixed-rlve")
     assert cfg.designer.fixed_pool == "rlve:official16"
     assert (cfg.designer.rlve_tau_acc, cfg.designer.rlve_tau_num, cfg.designer.rlve_d_delta) == (0.9, 128, 4)
-    assert (cfg.model.temperature, cfg.model.top_p, cfg.model.top_k, cfg.model.max_new_tokens) == (1.0, 0.95, 20, 8192)
+    sampling = (cfg.model.temperature, cfg.model.top_p, cfg.model.top_k, cfg.model.max_new_tokens)
+    assert sampling == (1.0, 0.95, None, 8192)
     assert (cfg.training.global_batch_size, cfg.rollout.plays_no_hint, cfg.rollout.plays_hint) == (256, 16, 0)
     assert (cfg.training.steps_per_generation, cfg.training.beta, cfg.training.learning_rate) == (1, 0.0, 1e-6)
     assert (cfg.training.loss_type, cfg.training.epsilon, cfg.training.epsilon_high) == ("grpo", 0.2, 0.28)

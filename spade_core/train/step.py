@@ -52,6 +52,7 @@ from spade_core.train.data import (
     Batch,
     agent_samples,
     designer_samples,
+    fill_at_random,
     fill_with_duplicates,
     make_batch,
     mix_roles,
@@ -109,7 +110,8 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     """The batch of step ``step`` (0..K-1) of generation ``gen``: the no-hint plays of that step and the
     designs that are due at this global step (:func:`due_designs`), the designer's first; with
     ``training.batch_fill: duplicate`` the agent's plays are repeated up to ``global_batch_size`` minus the
-    step's new designs (:func:`spade_core.train.data.fill_with_duplicates`)."""
+    step's new designs (:func:`spade_core.train.data.fill_with_duplicates`), with ``random`` copied at random up
+    to ``global_batch_size`` (:func:`spade_core.train.data.fill_at_random`)."""
     played = instance_name("rollout", step)
     episodes = read_listed(store, run_id, gen, [played], "episodes")
     columns = ["env_id", "skill", "kind", "source"]
@@ -126,9 +128,15 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
         agent, skipped = [], 0
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
     size = cfg.training.global_batch_size
-    if size is not None and cfg.training.batch_fill == "duplicate":
+    fill = cfg.training.batch_fill
+    if size is not None and fill != "pad":
         plays = [s for s in mixed if s.role == AGENT]
-        mixed = [s for s in mixed if s.role != AGENT] + fill_with_duplicates(plays, size - new_designs(cfg, pool, step))
+        others = [s for s in mixed if s.role != AGENT]
+        if fill == "duplicate":
+            plays = fill_with_duplicates(plays, size - new_designs(cfg, pool, step))
+        else:  # the fixed-environment baseline's fill: the designer has no samples there
+            plays = fill_at_random(plays, size - len(others), seed=cfg.seed * 7919 + gen * 131 + step)
+        mixed = others + plays
     return make_batch(mixed, skipped_episodes=skipped, size=size)
 
 
