@@ -491,9 +491,10 @@ class RolloutConfig(_Section):
         None,
         ge=-1.0,
         le=1.0,
-        description="A step that raises (or returns a broken tuple) ends the play, terminated, with this reward; "
-        "sandbox faults (timeout, memory, jail) are still retried [None: the play is retried, then left out, "
-        "like any fault of the environment; -1 in the paper presets, as the authors].",
+        description="A step that raises (or returns a broken tuple) ends the play, terminated, with this reward, "
+        "hinted plays included; sandbox faults (timeout, memory, jail) are still retried [None: the play is "
+        "retried, then left out, like any fault of the environment (a 0 in the authors' hinted arm); -1 in the "
+        "paper presets, as the authors' game wrapper, synthetic_game_env.py:429-434].",
     )
     tool_protocol: Literal["user_messages", "native"] = Field(
         "user_messages",
@@ -539,9 +540,11 @@ class RolloutConfig(_Section):
     )
     hinted_play_rules: Literal["same", "authors"] = Field(
         "same",
-        description="'same' = hinted plays follow the no-hint episode rules; 'authors' = a hinted play always "
-        "gets max_tokens_per_turn tokens, skips end_without_eos and context_margin_tokens, is not retried, and "
-        "a play that fails (load, step, model) scores 0 instead of being left out or scoring step_error_return "
+        description="'same' = hinted plays follow the no-hint episode rules; 'authors' = a hinted game play always "
+        "gets max_tokens_per_turn tokens and skips end_without_eos and context_margin_tokens (a hinted tool-use "
+        "play keeps them: theirs takes the no-hint tool path, orchestrator.py:1839-1850); no hinted play is "
+        "retried; a step that raises scores step_error_return (their game wrapper, synthetic_game_env.py:431-434) "
+        "and any other failure (load, reset, timeout, model) scores 0 instead of being left out "
         "(orchestrator.py:1783-1917) [same; authors in the paper presets].",
     )
     hint_prompt: Literal["ours", "authors"] = Field(

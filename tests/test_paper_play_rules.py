@@ -73,7 +73,7 @@ PAPER_RULES = GAME.model_copy(
 )
 
 
-def test_authors_hinted_plays_score_a_failure_0_and_skip_the_no_eos_rule(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+def test_authors_hinted_plays_score_a_raising_step_as_the_game_wrapper_and_skip_the_no_eos_rule(tiny_generator) -> None:  # type: ignore[no-untyped-def]
     tok = tiny_generator.tokenizer
     script = {
         0: ["\\boxed{crash}"],
@@ -85,15 +85,34 @@ def test_authors_hinted_plays_score_a_failure_0_and_skip_the_no_eos_rule(tiny_ge
     cfg = PAPER_RULES.model_copy(update={"hinted_play_rules": "authors"})
     rows, engine = play(Scripted(script), ECHO, specs, cfg, tok)
     crashed, cut, plain_crashed, plain_cut = rows
-    # hinted: a raising step is a 0 that counts (no error, not retried); a reply without EOS is played
-    assert (crashed["episode_return"], crashed["error_type"], crashed["terminated"]) == (0.0, None, False)
-    assert crashed["transcript"][-1]["content"].startswith("[play failed: exception]")
+    # hinted: a raising step scores -1 as in the no-hint arm (their wrapper), not retried; a cut reply is played
+    assert (crashed["episode_return"], crashed["error_type"], crashed["terminated"]) == (-1.0, None, True)
     assert (cut["turns"], cut["episode_return"]) == (1, 1.0)
     # no-hint plays keep the no-hint rules: -1 for the raising step, the cut reply unplayed
     assert (plain_crashed["episode_return"], plain_cut["turns"], plain_cut["episode_return"]) == (-1.0, 0, 0.0)
     assert engine.stats.retries == 0
+    # without step_error_return a raising step in the authors' hinted arm is a failed play: a 0 that counts
+    no_wrapper = cfg.model_copy(update={"step_error_return": None})
+    (crashed,), engine = play(Scripted(script), ECHO, specs[:1], no_wrapper, tok)
+    assert (crashed["episode_return"], crashed["error_type"], crashed["terminated"]) == (0.0, None, False)
+    assert crashed["transcript"][-1]["content"].startswith("[play failed: exception]") and engine.stats.retries == 0
     rows, _ = play(Scripted(script), ECHO, specs[:2], PAPER_RULES, tok)  # same: the no-hint rules for both
     assert (rows[0]["episode_return"], rows[1]["turns"], rows[1]["episode_return"]) == (-1.0, 0, 0.0)
+
+
+def test_authors_hinted_tool_use_plays_keep_the_no_eos_rule(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    tok = tiny_generator.tokenizer
+    script = {0: [("<answer>15</answer>", "length")], 1: [DEPOSIT_AND_LOOK, "<answer>15</answer>"]}
+    specs = [(0, "hint", "h"), (1, "hint", "h")]
+    cfg = NATIVE.model_copy(update={"end_without_eos": True, "hinted_play_rules": "authors"})
+    cut, whole = play(Scripted(script), SAFE, specs, cfg, tok)[0]
+    # theirs plays a hinted tool-use game on the no-hint tool path: a reply without its end of turn ends it
+    assert (cut["turns"], cut["episode_return"], cut["error_type"]) == (0, 0.0, None)
+    assert whole["episode_return"] == 1.0
+    (game_cut,), _ = play(
+        Scripted({0: [("\\boxed{a}", "length")]}), ECHO, specs[:1], cfg.model_copy(update={"action": "boxed"}), tok
+    )
+    assert (game_cut["turns"], game_cut["episode_return"]) == (1, 1.0)  # a hinted game play is not cut
 
 
 def test_authors_hinted_plays_keep_a_model_failure_as_0_and_ignore_the_context_margin(tiny_generator) -> None:  # type: ignore[no-untyped-def]
