@@ -757,6 +757,15 @@ class TrainingConfig(_Section):
         "late top-ups) are trained at that step, as the authors flush their buffer at the final rollout "
         "(spade_rollout.py:557-561) [None: such designs are never trained; 400 in the paper presets].",
     )
+    delayed_designs: Literal["ours", "authors"] = Field(
+        "ours",
+        description="When the delayed designs are trained: 'ours' = every kept design at its due step (first "
+        "step + D, a top-up's step + D, or the flush at total_steps); 'authors' = only at a step that made "
+        "designs of its own (a generation's first step, or a step whose top-up added one), as the authors' loop "
+        "fetches them, and runs its final flush, only then (spade_rollout.py:548-563): in their 400-step runs the "
+        "last generation's designs are never trained, a top-up's only when step r + D also tops up [ours; "
+        "authors in the paper presets].",
+    )
     per_device_batch_size: int = Field(4, ge=1, description="Samples per device per micro-batch.")
     designer_fraction: float = Field(
         0.5, ge=0, le=1, description="Cap on the designer's share of the batch (0 = agent only, 1 = designer only)."

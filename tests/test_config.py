@@ -229,6 +229,9 @@ PAPER = {
     "training.batch_fill": "duplicate",
     "designer.top_up_at": "steps",
     "training.total_steps": 400,
+    # ...but their loop fetches delayed designs, and flushes, only at a step that made designs of its own
+    # (spade_rollout.py:548-563): step 399 makes none, so the last generation's designs are never trained.
+    "training.delayed_designs": "authors",
 }
 PAPER_GAMES = {
     **PAPER,
@@ -340,6 +343,7 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         deadlines = (cfg.designer.attempt_deadline_s, cfg.designer.batch_deadline_s, cfg.rollout.play_deadline_s)
         assert deadlines == (None, None, None) and cfg.validation.llm_validator_deadline_s is None, preset
         assert cfg.training.batch_fill == "pad" and cfg.training.total_steps is None, preset
+        assert cfg.training.delayed_designs == "ours", preset
         assert cfg.designer.top_up_at == "pool", preset
 
 

@@ -80,8 +80,12 @@ def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -
     ``scoring.parent_copy_raw`` rewards): final design rows joined with their ``designer_rewards`` row whose
     ``train_step`` is this step (empty when none are due, the designer is frozen or the pool is fixed). Those
     of the generation whose designs are due now, and at the run's last step those due after it
-    (:func:`spade_core.steps.due_generations`)."""
+    (:func:`spade_core.steps.due_generations`). With ``training.delayed_designs: authors`` none at a step that
+    made no design of its own (:func:`makes_designs`), as the authors' loop fetches its delayed designs, and runs
+    its final flush, only then (``spade_rollout.py:548-563``)."""
     if not cfg.designer.train or cfg.designer.fixed_pool:
+        return pd.DataFrame()
+    if cfg.training.delayed_designs == "authors" and not makes_designs(cfg, store, run_id, global_step):
         return pd.DataFrame()
     frames = []
     for gen in due_generations(cfg, global_step):
@@ -95,6 +99,21 @@ def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -
         # a reward row names a valid design, or a refused parent copy with scoring.parent_copy_raw set
         frames.append(designs.merge(due[["design_id", "raw", "reward"]], on="design_id", how="inner"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def makes_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> bool:
+    """Whether global step ``global_step`` made designs of its own: valid designs joined the pool there (its
+    generation's ``pool`` at the first step, the ``refill-s{k}`` top-up at a later step k). The authors' loop
+    buffers a step's designs and fetches those of ``step - D``, and flushes the rest at the final rollout, only
+    under ``if delay > 0 and env_samples`` (``spade_rollout.py:548-563``): at a step with no new designs of its
+    own, nothing delayed is trained."""
+    k = int(cfg.training.steps_per_generation)
+    gen, step = global_step // k + 1, global_step % k
+    if step and step not in top_up_steps(cfg):
+        return False
+    stage = instance_name("refill", step) if step else "pool"
+    pool = read_listed(store, run_id, gen, [stage], "pool", ["source"])
+    return bool(not pool.empty and (pool["source"] == "design").any())
 
 
 def new_designs(cfg: SpadeConfig, pool: pd.DataFrame, step: int) -> int:
