@@ -390,7 +390,9 @@ class ValidationConfig(_Section):
         "solution() method, reset returns (observation, info), terminated / truncated bools or 0/1, a reward "
         "that is no bool; 'authors' = their smoke test's types (synthetic_game_env.py:262-335): no solution() "
         "needed, reset may return the observation alone, terminated / truncated real bools, any int or float "
-        "reward. Both refuse a reward that is not finite or beyond +-10 [ours; authors in the paper presets].",
+        "reward. Both refuse a reward that is not finite or beyond +-10; at play 'authors' instead converts each "
+        "step's result as their game wrapper does (str / float / bool, synthetic_game_env.py:404-414), strict "
+        "types being their load-time smoke test's only [ours; authors in the paper presets].",
     )
     mode: Literal["full", "smoke"] = Field(
         "full",
@@ -495,6 +497,13 @@ class RolloutConfig(_Section):
         "hinted plays included; sandbox faults (timeout, memory, jail) are still retried [None: the play is "
         "retried, then left out, like any fault of the environment (a 0 in the authors' hinted arm); -1 in the "
         "paper presets, as the authors' game wrapper, synthetic_game_env.py:429-434].",
+    )
+    reset_failure: Literal["error", "placeholder"] = Field(
+        "error",
+        description="A play whose reset raises: 'error' = an error row (retried, then left out, as any fault of "
+        "the environment); 'placeholder' = the play goes on from the authors' placeholder observation 'Error "
+        "during reset. Starting new game.' (their game wrapper, synthetic_game_env.py:336-359) [error; "
+        "placeholder in paper-games and paper-tool-use].",
     )
     tool_protocol: Literal["user_messages", "native"] = Field(
         "user_messages",

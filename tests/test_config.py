@@ -193,6 +193,8 @@ PAPER = {
     "rollout.action": "boxed",
     "rollout.end_without_eos": True,
     "rollout.step_error_return": -1.0,
+    # a raising reset plays on from their wrapper's placeholder observation (synthetic_game_env.py:356-359)
+    "rollout.reset_failure": "placeholder",
     "training.step_on_zero_signal": True,
     # --apply-chat-template-kwargs '{"enable_thinking":false}' (train_spade_30b.sh:107, _train_spade_blend.sh:161).
     "model.enable_thinking": False,
@@ -344,6 +346,7 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         assert deadlines == (None, None, None) and cfg.validation.llm_validator_deadline_s is None, preset
         assert cfg.training.batch_fill == "pad" and cfg.training.total_steps is None, preset
         assert cfg.training.delayed_designs == "ours", preset
+        assert rules.reset_failure == "error", preset
         assert cfg.designer.top_up_at == "pool", preset
 
 

@@ -9,6 +9,7 @@ from agents import Scripted
 from test_episode_rules import ECHO
 from test_tool_protocol import DEPOSIT_AND_LOOK, MALFORMED, NATIVE, SAFE
 
+from sandbox.session import EnvSession
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import SamplingParams
@@ -229,3 +230,62 @@ def test_enable_thinking_reaches_the_backends_own_rendering_of_a_request(micro_m
             assert ("<think>" in generator.tokenizer.decode(generator.prompt_ids(request))) is empty_think
         finally:
             generator.close()
+
+
+# -- validation.contract at play, rollout.reset_failure -------------------------------------------------------
+LOOSE = """
+class Loose:
+    def __init__(self, max_turns=3, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        if seed == 7:
+            raise RuntimeError("no board for seed 7")
+        return "seed %s: say a" % seed, {}
+
+    def step(self, action):
+        won = "a" in action
+        return "got it", "1" if won else 0, 2 if won else 0, 0, None
+
+    def solution(self):
+        return "a"
+"""
+
+
+def test_the_authors_contract_converts_a_steps_types_at_play_and_holds_them_strict_at_load() -> None:
+    def played(contract: str) -> dict:  # type: ignore[type-arg]
+        engine = RolloutEngine(
+            Scripted({0: ["a"]}), GAME, SamplingParams(seed=0), call_timeout_s=1.5, contract=contract
+        )
+        return engine.run([EpisodeSpec(env_id_for(LOOSE), LOOSE, 0)])[0]
+
+    # theirs: float("1"), bool(2), bool(0), None info -> {} (their wrapper, synthetic_game_env.py:404-414)
+    row = played("authors")
+    assert (row["episode_return"], row["terminated"], row["error_type"]) == (1.0, True, None)
+    assert played("ours")["error_type"] == "contract_error"  # ours: a str reward and a flag of 2 break it
+    session = EnvSession(LOOSE, call_timeout_s=1.5, contract="authors")  # validation: their smoke test's types
+    try:
+        assert session.open().ok and session.reset(0).ok
+        assert session.step("a").error_type == "contract_error"
+    finally:
+        session.close()
+
+
+def test_a_raising_reset_plays_on_from_the_authors_placeholder_or_is_an_error_row() -> None:
+    # the hint names the seed for the scripted agent, which the placeholder no longer shows
+    spec = [EpisodeSpec(env_id_for(LOOSE), LOOSE, 7, "hint", "seed 7: say a")]
+    cfg = GAME.model_copy(update={"reset_failure": "placeholder", "env_retries": 0})
+    engine = RolloutEngine(Scripted({7: ["a"]}), cfg, SamplingParams(seed=0), call_timeout_s=1.5, contract="authors")
+    (row,) = engine.run(spec)
+    assert row["transcript"][1]["content"].startswith("Error during reset. Starting new game.\n\nHINT:")
+    assert row["error_type"] is None
+    assert row["episode_return"] == 1.0  # the play went on
+    engine = RolloutEngine(
+        Scripted({7: ["a"]}),
+        cfg.model_copy(update={"reset_failure": "error"}),
+        SamplingParams(seed=0),
+        call_timeout_s=1.5,
+        contract="authors",
+    )
+    (row,) = engine.run(spec)
+    assert row["error_type"] == "exception" and row["turns"] == 0

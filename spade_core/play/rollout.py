@@ -253,6 +253,8 @@ class RolloutEngine:
                 call_timeout_s=self.call_timeout_s,
                 own_max_turns=self.cfg.game_max_turns,
                 contract=self.contract,
+                at_play=True,
+                reset_placeholder=self.cfg.reset_failure == "placeholder",
             ),
             attempt=attempt,
             model_attempt=model_attempt,
