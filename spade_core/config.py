@@ -343,6 +343,14 @@ class DesignerConfig(_Section):
         128, ge=1, description="RLVE pools: plays at the top difficulty before the accuracy is judged [128]."
     )
     rlve_d_delta: int = Field(4, ge=1, description="RLVE pools: difficulty levels the window spans [4].")
+    rlve_controller: Literal["spade", "rlve"] = Field(
+        "spade",
+        description="RLVE pools: whose difficulty controller. 'spade' = the SPADE authors' copy, which their "
+        "baseline runs (difficulty_controller.py:138-159): a check after each play once rlve_tau_num plays at the "
+        "top difficulty are counted, the difficulty capped at 20; 'rlve' = RLVE's own "
+        "(slime/ray/rollout_data_source.py:35-56, 101-133 in RLVE's repository): every play of a generation counted "
+        "first, then one check per generation, no cap [spade].",
+    )
 
     @field_validator("parents")
     @classmethod

@@ -291,6 +291,8 @@ PAPER_FIXED_RLVE = {
     # a short batch padded with random.choice copies of real samples (fixed_env_rollout.py:448-462)
     "training.batch_fill": "random",
     "training.global_batch_size": 256,
+    # the SPADE authors' copy of RLVE's controller (difficulty_controller.py:138-159), not RLVE's own
+    "designer.rlve_controller": "spade",
 }
 
 
