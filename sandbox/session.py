@@ -44,12 +44,19 @@ class EnvSession:
         call_timeout_s: float = 5.0,
         own_max_turns: bool = False,
         contract: str = "ours",
+        at_play: bool = False,
+        reset_placeholder: bool = False,
     ) -> None:
         """``max_turns`` is given to the environment; with ``own_max_turns`` the environment keeps its own
         default, capped at ``max_turns`` (``self.max_turns`` is then what it kept, once loaded). ``contract``
-        (``validation.contract``) is what the loader holds the environment to (:mod:`sandbox.runtime.host`)."""
+        (``validation.contract``) is what the loader holds the environment to (:mod:`sandbox.runtime.host`);
+        ``at_play`` loads it for a play (under the authors' contract, ``step`` results are then converted as their
+        wrapper does) and ``reset_placeholder`` (``rollout.reset_failure``) turns a raising ``reset`` into their
+        placeholder observation."""
         self.code = code
         self.contract = contract
+        self.at_play = at_play
+        self.reset_placeholder = reset_placeholder
         self.max_turns = max_turns
         self.own_max_turns = own_max_turns
         self.jail = JailedProcess(limits, call_timeout_s)
@@ -62,7 +69,13 @@ class EnvSession:
         if not started.ok:
             return started
         loaded = self.jail.call(
-            "load", source=self.code, max_turns=self.max_turns, own_max_turns=self.own_max_turns, contract=self.contract
+            "load",
+            source=self.code,
+            max_turns=self.max_turns,
+            own_max_turns=self.own_max_turns,
+            contract=self.contract,
+            at_play=self.at_play,
+            reset_placeholder=self.reset_placeholder,
         )
         if loaded.ok:
             self.max_turns = int(loaded.data.get("max_turns") or self.max_turns)

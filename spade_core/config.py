@@ -343,6 +343,14 @@ class DesignerConfig(_Section):
         128, ge=1, description="RLVE pools: plays at the top difficulty before the accuracy is judged [128]."
     )
     rlve_d_delta: int = Field(4, ge=1, description="RLVE pools: difficulty levels the window spans [4].")
+    rlve_controller: Literal["spade", "rlve"] = Field(
+        "spade",
+        description="RLVE pools: whose difficulty controller. 'spade' = the SPADE authors' copy, which their "
+        "baseline runs (difficulty_controller.py:138-159): a check after each play once rlve_tau_num plays at the "
+        "top difficulty are counted, the difficulty capped at 20; 'rlve' = RLVE's own "
+        "(slime/ray/rollout_data_source.py:35-56, 101-133 in RLVE's repository): every play of a generation counted "
+        "first, then one check per generation, no cap [spade].",
+    )
 
     @field_validator("parents")
     @classmethod
@@ -390,7 +398,9 @@ class ValidationConfig(_Section):
         "solution() method, reset returns (observation, info), terminated / truncated bools or 0/1, a reward "
         "that is no bool; 'authors' = their smoke test's types (synthetic_game_env.py:262-335): no solution() "
         "needed, reset may return the observation alone, terminated / truncated real bools, any int or float "
-        "reward. Both refuse a reward that is not finite or beyond +-10 [ours; authors in the paper presets].",
+        "reward. Both refuse a reward that is not finite or beyond +-10; at play 'authors' instead converts each "
+        "step's result as their game wrapper does (str / float / bool, synthetic_game_env.py:404-414), strict "
+        "types being their load-time smoke test's only [ours; authors in the paper presets].",
     )
     mode: Literal["full", "smoke"] = Field(
         "full",
@@ -491,9 +501,17 @@ class RolloutConfig(_Section):
         None,
         ge=-1.0,
         le=1.0,
-        description="A step that raises (or returns a broken tuple) ends the play, terminated, with this reward; "
-        "sandbox faults (timeout, memory, jail) are still retried [None: the play is retried, then left out, "
-        "like any fault of the environment; -1 in the paper presets, as the authors].",
+        description="A step that raises (or returns a broken tuple) ends the play, terminated, with this reward, "
+        "hinted plays included; sandbox faults (timeout, memory, jail) are still retried [None: the play is "
+        "retried, then left out, like any fault of the environment (a 0 in the authors' hinted arm); -1 in the "
+        "paper presets, as the authors' game wrapper, synthetic_game_env.py:429-434].",
+    )
+    reset_failure: Literal["error", "placeholder"] = Field(
+        "error",
+        description="A play whose reset raises: 'error' = an error row (retried, then left out, as any fault of "
+        "the environment); 'placeholder' = the play goes on from the authors' placeholder observation 'Error "
+        "during reset. Starting new game.' (their game wrapper, synthetic_game_env.py:336-359) [error; "
+        "placeholder in paper-games and paper-tool-use].",
     )
     tool_protocol: Literal["user_messages", "native"] = Field(
         "user_messages",
@@ -514,12 +532,15 @@ class RolloutConfig(_Section):
         description="transformers backend: keep each live episode's KV cache between turns and prefill only "
         "the new tokens (exact under greedy decoding); False = re-prefill the whole conversation every turn.",
     )
-    agent_prompt: Literal["ours", "authors"] = Field(
+    agent_prompt: Literal["ours", "authors", "authors_rlve"] = Field(
         "ours",
         description="The game agent's prompt (spade_core/play/agent_prompts.py): 'ours' = a system prompt naming "
         "the box the engine plays (first under action=boxed, last under reply) and the observation as it is; "
         "'authors' = no system prompt, the first observation wrapped in their one-message template "
-        "(orchestrator.py:256-265) [ours; authors in the paper presets].",
+        "(orchestrator.py:256-265); 'authors_rlve' = their fixed-environment RLVE prompt, no system prompt, the "
+        "observation then 'Please reason step by step, and put your final answer within \\boxed{{}}.' with its "
+        "doubled braces (fixed_env_orchestrator.py:59-63) [ours; authors in paper-games and paper-tool-use, "
+        "authors_rlve in paper-fixed-rlve].",
     )
     tool_turns: Literal["count", "free"] = Field(
         "count",
@@ -536,9 +557,11 @@ class RolloutConfig(_Section):
     )
     hinted_play_rules: Literal["same", "authors"] = Field(
         "same",
-        description="'same' = hinted plays follow the no-hint episode rules; 'authors' = a hinted play always "
-        "gets max_tokens_per_turn tokens, skips end_without_eos and context_margin_tokens, is not retried, and "
-        "a play that fails (load, step, model) scores 0 instead of being left out or scoring step_error_return "
+        description="'same' = hinted plays follow the no-hint episode rules; 'authors' = a hinted game play always "
+        "gets max_tokens_per_turn tokens and skips end_without_eos and context_margin_tokens (a hinted tool-use "
+        "play keeps them: theirs takes the no-hint tool path, orchestrator.py:1839-1850); no hinted play is "
+        "retried; a step that raises scores step_error_return (their game wrapper, synthetic_game_env.py:431-434) "
+        "and any other failure (load, reset, timeout, model) scores 0 instead of being left out "
         "(orchestrator.py:1783-1917) [same; authors in the paper presets].",
     )
     hint_prompt: Literal["ours", "authors"] = Field(
@@ -734,12 +757,14 @@ class TrainingConfig(_Section):
         "short batch is padded with inert copies, which count in the loss's mean only when beta > 0, as in "
         "Slime); every environment is played ceil(G / pool size) times per step instead of rollout.plays_no_hint.",
     )
-    batch_fill: Literal["pad", "duplicate"] = Field(
+    batch_fill: Literal["pad", "duplicate", "random"] = Field(
         "pad",
         description="How a step with too few samples for global_batch_size is filled: 'pad' = inert rows only; "
         "'duplicate' = the agent's real plays are first repeated in turn up to G minus the step's new designs "
         "(at a generation's first step), after every real play and so cut first, then inert rows, as the "
-        "authors' orchestrator.py:2607-2620 [pad; duplicate in the paper presets].",
+        "authors' orchestrator.py:2607-2620; 'random' = the agent's real plays copied, each copy drawn at random "
+        "with replacement, up to G, as their fixed-environment baseline (fixed_env_rollout.py:448-462) [pad; "
+        "duplicate in paper-games and paper-tool-use, random in paper-fixed-rlve].",
     )
     total_steps: int | None = Field(
         None,
@@ -748,6 +773,15 @@ class TrainingConfig(_Section):
         "beyond the last step of the generation that holds step total_steps - 1 (the last generations' designs, "
         "late top-ups) are trained at that step, as the authors flush their buffer at the final rollout "
         "(spade_rollout.py:557-561) [None: such designs are never trained; 400 in the paper presets].",
+    )
+    delayed_designs: Literal["ours", "authors"] = Field(
+        "ours",
+        description="When the delayed designs are trained: 'ours' = every kept design at its due step (first "
+        "step + D, a top-up's step + D, or the flush at total_steps); 'authors' = only at a step that made "
+        "designs of its own (a generation's first step, or a step whose top-up added one), as the authors' loop "
+        "fetches them, and runs its final flush, only then (spade_rollout.py:548-563): in their 400-step runs the "
+        "last generation's designs are never trained, a top-up's only when step r + D also tops up [ours; "
+        "authors in the paper presets].",
     )
     per_device_batch_size: int = Field(4, ge=1, description="Samples per device per micro-batch.")
     designer_fraction: float = Field(
@@ -780,8 +814,10 @@ class TrainingConfig(_Section):
     def _tis_bounds(self) -> TrainingConfig:
         if self.tis_low > self.tis_high:
             raise ValueError(f"training.tis_low {self.tis_low} must be <= training.tis_high {self.tis_high}")
-        if self.batch_fill == "duplicate" and self.global_batch_size is None:
-            raise ValueError("training.batch_fill duplicate needs training.global_batch_size: the size to fill")
+        if self.batch_fill != "pad" and self.global_batch_size is None:
+            raise ValueError(
+                f"training.batch_fill {self.batch_fill} needs training.global_batch_size: the size to fill"
+            )
         if self.drop_zero_advantage and self.beta > 0:
             raise ValueError(
                 f"training.drop_zero_advantage needs training.beta 0, got {self.beta}: with a KL term a sample "

@@ -193,6 +193,8 @@ PAPER = {
     "rollout.action": "boxed",
     "rollout.end_without_eos": True,
     "rollout.step_error_return": -1.0,
+    # a raising reset plays on from their wrapper's placeholder observation (synthetic_game_env.py:356-359)
+    "rollout.reset_failure": "placeholder",
     "training.step_on_zero_signal": True,
     # --apply-chat-template-kwargs '{"enable_thinking":false}' (train_spade_30b.sh:107, _train_spade_blend.sh:161).
     "model.enable_thinking": False,
@@ -229,6 +231,9 @@ PAPER = {
     "training.batch_fill": "duplicate",
     "designer.top_up_at": "steps",
     "training.total_steps": 400,
+    # ...but their loop fetches delayed designs, and flushes, only at a step that made designs of its own
+    # (spade_rollout.py:548-563): step 399 makes none, so the last generation's designs are never trained.
+    "training.delayed_designs": "authors",
 }
 PAPER_GAMES = {
     **PAPER,
@@ -274,7 +279,27 @@ PAPER_TOOL_USE = {
 }
 
 
-@pytest.mark.parametrize(("preset", "expected"), [("paper-games", PAPER_GAMES), ("paper-tool-use", PAPER_TOOL_USE)])
+# The authors' fixed-RLVE baseline (cmd/games/train_fixed_rlve_4b.sh and the play of
+# spade/core/fixed_env_orchestrator.py, spade/slime/fixed_env_rollout.py), where it differs from SPADE's own play.
+PAPER_FIXED_RLVE = {
+    # one user message, no system prompt, their "\\boxed{{}}" line as sent (fixed_env_orchestrator.py:59-63)
+    "rollout.agent_prompt": "authors_rlve",
+    # no top-k passed (fixed_env_orchestrator.py:347-355): Slime's -1, off
+    "model.top_k": None,
+    # --apply-chat-template-kwargs '{"enable_thinking":false}' (train_fixed_rlve_4b.sh:91)
+    "model.enable_thinking": False,
+    # a short batch padded with random.choice copies of real samples (fixed_env_rollout.py:448-462)
+    "training.batch_fill": "random",
+    "training.global_batch_size": 256,
+    # the SPADE authors' copy of RLVE's controller (difficulty_controller.py:138-159), not RLVE's own
+    "designer.rlve_controller": "spade",
+}
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [("paper-games", PAPER_GAMES), ("paper-tool-use", PAPER_TOOL_USE), ("paper-fixed-rlve", PAPER_FIXED_RLVE)],
+)
 def test_paper_presets_reproduce_the_authors_launch_scripts(preset: str, expected: dict[str, object]) -> None:
     cfg = load_config(preset)
     for key, value in expected.items():
@@ -322,6 +347,8 @@ def test_what_the_paper_presets_turn_off_stays_on_elsewhere() -> None:
         deadlines = (cfg.designer.attempt_deadline_s, cfg.designer.batch_deadline_s, cfg.rollout.play_deadline_s)
         assert deadlines == (None, None, None) and cfg.validation.llm_validator_deadline_s is None, preset
         assert cfg.training.batch_fill == "pad" and cfg.training.total_steps is None, preset
+        assert cfg.training.delayed_designs == "ours", preset
+        assert rules.reset_failure == "error", preset
         assert cfg.designer.top_up_at == "pool", preset
 
 

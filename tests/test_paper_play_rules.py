@@ -9,10 +9,11 @@ from agents import Scripted
 from test_episode_rules import ECHO
 from test_tool_protocol import DEPOSIT_AND_LOOK, MALFORMED, NATIVE, SAFE
 
+from sandbox.session import EnvSession
 from spade_core.config import RolloutConfig
 from spade_core.envs.contract import env_id_for
 from spade_core.llm.base import SamplingParams
-from spade_core.play.agent_prompts import AUTHORS_GAME_USER, game_system
+from spade_core.play.agent_prompts import AUTHORS_GAME_USER, AUTHORS_RLVE_INSTRUCTION, game_system
 from spade_core.play.rollout import MALFORMED_CALL_FEEDBACK, EpisodeSpec, RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("jail_processes_checked")
@@ -55,13 +56,25 @@ def test_the_authors_prompt_is_one_user_message_wrapping_the_first_observation_a
     assert tool["transcript"][0]["role"] == "system" and tool["transcript"][1]["content"].startswith("seed 0:")
 
 
+def test_the_authors_rlve_prompt_is_the_observation_and_their_line_with_its_doubled_braces() -> None:
+    cfg = GAME.model_copy(update={"agent_prompt": "authors_rlve"})
+    (row,), _ = play(Scripted({0: ["\\boxed{a}"]}), ECHO, [(0, "no_hint", None)], cfg)
+    first = row["transcript"][0]
+    assert first == {"role": "user", "content": "seed 0: say a" + AUTHORS_RLVE_INSTRUCTION}
+    assert first["content"].endswith("put your final answer within \\boxed{{}}.")  # as they send it
+    (ours,), _ = play(Scripted({0: ["\\boxed{a}"]}), ECHO, [(0, "no_hint", None)], GAME)
+    assert [m["role"] for m in ours["transcript"][:2]] == ["system", "user"] and ours["transcript"][1]["content"] == (
+        "seed 0: say a"
+    )
+
+
 # -- rollout.hinted_play_rules --------------------------------------------------------------------------------
 PAPER_RULES = GAME.model_copy(
     update={"action": "boxed", "end_without_eos": True, "step_error_return": -1.0, "context_margin_tokens": 64}
 )
 
 
-def test_authors_hinted_plays_score_a_failure_0_and_skip_the_no_eos_rule(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+def test_authors_hinted_plays_score_a_raising_step_as_the_game_wrapper_and_skip_the_no_eos_rule(tiny_generator) -> None:  # type: ignore[no-untyped-def]
     tok = tiny_generator.tokenizer
     script = {
         0: ["\\boxed{crash}"],
@@ -73,15 +86,34 @@ def test_authors_hinted_plays_score_a_failure_0_and_skip_the_no_eos_rule(tiny_ge
     cfg = PAPER_RULES.model_copy(update={"hinted_play_rules": "authors"})
     rows, engine = play(Scripted(script), ECHO, specs, cfg, tok)
     crashed, cut, plain_crashed, plain_cut = rows
-    # hinted: a raising step is a 0 that counts (no error, not retried); a reply without EOS is played
-    assert (crashed["episode_return"], crashed["error_type"], crashed["terminated"]) == (0.0, None, False)
-    assert crashed["transcript"][-1]["content"].startswith("[play failed: exception]")
+    # hinted: a raising step scores -1 as in the no-hint arm (their wrapper), not retried; a cut reply is played
+    assert (crashed["episode_return"], crashed["error_type"], crashed["terminated"]) == (-1.0, None, True)
     assert (cut["turns"], cut["episode_return"]) == (1, 1.0)
     # no-hint plays keep the no-hint rules: -1 for the raising step, the cut reply unplayed
     assert (plain_crashed["episode_return"], plain_cut["turns"], plain_cut["episode_return"]) == (-1.0, 0, 0.0)
     assert engine.stats.retries == 0
+    # without step_error_return a raising step in the authors' hinted arm is a failed play: a 0 that counts
+    no_wrapper = cfg.model_copy(update={"step_error_return": None})
+    (crashed,), engine = play(Scripted(script), ECHO, specs[:1], no_wrapper, tok)
+    assert (crashed["episode_return"], crashed["error_type"], crashed["terminated"]) == (0.0, None, False)
+    assert crashed["transcript"][-1]["content"].startswith("[play failed: exception]") and engine.stats.retries == 0
     rows, _ = play(Scripted(script), ECHO, specs[:2], PAPER_RULES, tok)  # same: the no-hint rules for both
     assert (rows[0]["episode_return"], rows[1]["turns"], rows[1]["episode_return"]) == (-1.0, 0, 0.0)
+
+
+def test_authors_hinted_tool_use_plays_keep_the_no_eos_rule(tiny_generator) -> None:  # type: ignore[no-untyped-def]
+    tok = tiny_generator.tokenizer
+    script = {0: [("<answer>15</answer>", "length")], 1: [DEPOSIT_AND_LOOK, "<answer>15</answer>"]}
+    specs = [(0, "hint", "h"), (1, "hint", "h")]
+    cfg = NATIVE.model_copy(update={"end_without_eos": True, "hinted_play_rules": "authors"})
+    cut, whole = play(Scripted(script), SAFE, specs, cfg, tok)[0]
+    # theirs plays a hinted tool-use game on the no-hint tool path: a reply without its end of turn ends it
+    assert (cut["turns"], cut["episode_return"], cut["error_type"]) == (0, 0.0, None)
+    assert whole["episode_return"] == 1.0
+    (game_cut,), _ = play(
+        Scripted({0: [("\\boxed{a}", "length")]}), ECHO, specs[:1], cfg.model_copy(update={"action": "boxed"}), tok
+    )
+    assert (game_cut["turns"], game_cut["episode_return"]) == (1, 1.0)  # a hinted game play is not cut
 
 
 def test_authors_hinted_plays_keep_a_model_failure_as_0_and_ignore_the_context_margin(tiny_generator) -> None:  # type: ignore[no-untyped-def]
@@ -198,3 +230,62 @@ def test_enable_thinking_reaches_the_backends_own_rendering_of_a_request(micro_m
             assert ("<think>" in generator.tokenizer.decode(generator.prompt_ids(request))) is empty_think
         finally:
             generator.close()
+
+
+# -- validation.contract at play, rollout.reset_failure -------------------------------------------------------
+LOOSE = """
+class Loose:
+    def __init__(self, max_turns=3, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        if seed == 7:
+            raise RuntimeError("no board for seed 7")
+        return "seed %s: say a" % seed, {}
+
+    def step(self, action):
+        won = "a" in action
+        return "got it", "1" if won else 0, 2 if won else 0, 0, None
+
+    def solution(self):
+        return "a"
+"""
+
+
+def test_the_authors_contract_converts_a_steps_types_at_play_and_holds_them_strict_at_load() -> None:
+    def played(contract: str) -> dict:  # type: ignore[type-arg]
+        engine = RolloutEngine(
+            Scripted({0: ["a"]}), GAME, SamplingParams(seed=0), call_timeout_s=1.5, contract=contract
+        )
+        return engine.run([EpisodeSpec(env_id_for(LOOSE), LOOSE, 0)])[0]
+
+    # theirs: float("1"), bool(2), bool(0), None info -> {} (their wrapper, synthetic_game_env.py:404-414)
+    row = played("authors")
+    assert (row["episode_return"], row["terminated"], row["error_type"]) == (1.0, True, None)
+    assert played("ours")["error_type"] == "contract_error"  # ours: a str reward and a flag of 2 break it
+    session = EnvSession(LOOSE, call_timeout_s=1.5, contract="authors")  # validation: their smoke test's types
+    try:
+        assert session.open().ok and session.reset(0).ok
+        assert session.step("a").error_type == "contract_error"
+    finally:
+        session.close()
+
+
+def test_a_raising_reset_plays_on_from_the_authors_placeholder_or_is_an_error_row() -> None:
+    # the hint names the seed for the scripted agent, which the placeholder no longer shows
+    spec = [EpisodeSpec(env_id_for(LOOSE), LOOSE, 7, "hint", "seed 7: say a")]
+    cfg = GAME.model_copy(update={"reset_failure": "placeholder", "env_retries": 0})
+    engine = RolloutEngine(Scripted({7: ["a"]}), cfg, SamplingParams(seed=0), call_timeout_s=1.5, contract="authors")
+    (row,) = engine.run(spec)
+    assert row["transcript"][1]["content"].startswith("Error during reset. Starting new game.\n\nHINT:")
+    assert row["error_type"] is None
+    assert row["episode_return"] == 1.0  # the play went on
+    engine = RolloutEngine(
+        Scripted({7: ["a"]}),
+        cfg.model_copy(update={"reset_failure": "error"}),
+        SamplingParams(seed=0),
+        call_timeout_s=1.5,
+        contract="authors",
+    )
+    (row,) = engine.run(spec)
+    assert row["error_type"] == "exception" and row["turns"] == 0

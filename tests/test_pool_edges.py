@@ -20,7 +20,7 @@ import pytest
 from samples import ROWS, as_stage, frame, validated_generation, write_stage
 from test_reward_stage import _store_generation
 
-from spade_core.config import load_config
+from spade_core.config import SpadeConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
 from spade_core.llm.base import Completion
 from spade_core.pipeline.context import GenerationContext
@@ -91,8 +91,28 @@ def test_the_stored_step_is_filled_as_the_setting_says(tmp_path: Path, fill: str
 
 
 def test_repeating_needs_a_batch_size() -> None:
-    with pytest.raises(Exception, match=r"training\.batch_fill duplicate needs training\.global_batch_size"):
-        load_config("tiny", overrides=["training.batch_fill=duplicate"])
+    for fill in ("duplicate", "random"):
+        with pytest.raises(Exception, match=rf"training\.batch_fill {fill} needs training\.global_batch_size"):
+            load_config("tiny", overrides=[f"training.batch_fill={fill}"])
+
+
+@pytest.mark.parametrize(("fill", "agent_samples"), [("random", 256), ("pad", 200)])
+def test_the_fixed_rlve_baseline_fills_a_short_batch_with_random_copies(
+    tmp_path: Path, fill: str, agent_samples: int
+) -> None:
+    cfg = load_config("paper-fixed-rlve", overrides=[f"training.batch_fill={fill}", f"store.root={tmp_path}"])
+    store = _stored_step(tmp_path, 0, 200, 16)
+    batch = build_batch(cfg, store, "fill", 1, 0, tokenizer=None)
+    plays = batch.samples(AGENT)
+    assert len(plays) == agent_samples and batch.duplicated == agent_samples - 200
+    copies = [s.source_id for s in plays if s.duplicate]
+    real = {s.source_id for s in plays if not s.duplicate}
+    assert set(copies) <= real and len(real) == 200
+    if fill == "random":  # drawn at random, with replacement: not the first 56 plays in turn
+        assert copies != sorted(real)[: len(copies)] and len(set(copies)) < len(copies)
+        assert [s.source_id for s in build_batch(cfg, store, "fill", 1, 0, tokenizer=None).samples(AGENT)] == [
+            s.source_id for s in plays
+        ]  # the same batch when the step is trained again
 
 
 # -- designer.top_up_at ---------------------------------------------------------------------------------------
@@ -240,3 +260,40 @@ def test_the_last_generations_designs_are_due_at_the_last_step_or_never(
     assert set(rewards["train_step"]) == {trained_at}
     due = due_designs(cfg, store, "r", 3)
     assert sorted(due.get("design_id", [])) == (["d1", "d2", "d3"] if total else [])
+
+
+# -- training.delayed_designs ---------------------------------------------------------------------------------
+
+
+def _two_rewarded_generations(tmp_path: Path, delayed: str, *later: str) -> tuple[SpadeConfig, Store]:
+    """Two rewarded generations of tiny (K = D = 2, 4 steps): generation 1's designs are due at step 2
+    (generation 2's first step), generation 2's at the run's last step, 3 (the flush). Returns the config with
+    ``later`` applied on top, for the train step."""
+    overrides = [f"store.root={tmp_path}", "rollout.plays_no_hint=2", "training.total_steps=4"]
+    overrides.append(f"training.delayed_designs={delayed}")
+    cfg = load_config("tiny", overrides=overrides)
+    store = Store(str(tmp_path))
+    for gen in (1, 2):
+        _store_generation(store, "r", gen)
+        as_stage(GenerationContext(cfg, store, "r", gen), "reward", lambda run: reward.run(run, None))
+    return load_config("tiny", overrides=[*overrides, *later]), store
+
+
+@pytest.mark.parametrize("delayed", ["ours", "authors"])
+def test_the_authors_train_delayed_designs_only_at_a_step_that_made_designs(tmp_path: Path, delayed: str) -> None:
+    cfg, store = _two_rewarded_generations(tmp_path, delayed)
+    # step 2 made generation 2's pool: generation 1's designs are trained either way
+    assert sorted(due_designs(cfg, store, "r", 2)["design_id"]) == ["d1", "d2", "d3"]
+    # step 3, the run's last, made no design: the authors' loop never reaches its final flush
+    flushed = sorted(due_designs(cfg, store, "r", 3).get("design_id", []))
+    assert flushed == (["d1", "d2", "d3"] if delayed == "ours" else [])
+
+
+def test_under_the_authors_timing_a_step_whose_top_up_added_a_design_trains_the_delayed_ones(tmp_path: Path) -> None:
+    cfg, store = _two_rewarded_generations(tmp_path, "authors", "designer.top_up_at=steps", "designer.top_up_rounds=1")
+    assert due_designs(cfg, store, "r", 3).empty
+    refilled = frame("pool", 1).assign(env_id="late", design_id="d9")
+    write_stage(store, "r", 2, "refill-s1", {"pool": refilled})  # step 3's top-up added a design
+    assert sorted(due_designs(cfg, store, "r", 3)["design_id"]) == ["d1", "d2", "d3"]
+    write_stage(store, "r", 2, "refill-s1", {"pool": refilled.assign(source="seed")})  # a replayed one: none new
+    assert due_designs(cfg, store, "r", 3).empty

@@ -16,8 +16,8 @@ from samples import write_stage
 
 from spade_core.config import load_config
 from spade_core.envs import rlve
-from spade_core.envs.rlve_difficulty import TAU_NUM, Window
-from spade_core.envs.rlve_pool import difficulty_history, rlve_pool
+from spade_core.envs.rlve_difficulty import TAU_NUM, Window, windows
+from spade_core.envs.rlve_pool import controller, difficulty_history, rlve_pool
 from spade_core.store.artifacts import Store
 from spade_core.store.markers import read_marker
 
@@ -179,11 +179,8 @@ def test_the_controller_promotes_from_the_runs_stored_plays(tmp_path: Path) -> N
 
 
 def test_the_controller_settings_of_the_config_move_the_window() -> None:
-    from spade_core.envs.rlve_difficulty import windows
-    from spade_core.envs.rlve_pool import controller
-
     cfg = load_config("tiny", overrides=["designer.rlve_tau_num=2", "designer.rlve_d_delta=2"])
-    assert controller(cfg.designer.model_dump()) == {"tau_acc": 0.9, "tau_num": 2, "d_delta": 2}
+    assert controller(cfg.designer.model_dump()) == {"tau_acc": 0.9, "tau_num": 2, "d_delta": 2, "variant": "spade"}
     wins = [("Sorting", 0, True)] * 2 + [("Sorting", 1, True)] * 2 + [("Sorting", 2, True)] * 2
 
     assert windows(["Sorting"], wins, **controller(cfg.designer.model_dump()))["Sorting"] == Window(2, 3)
@@ -191,12 +188,32 @@ def test_the_controller_settings_of_the_config_move_the_window() -> None:
     assert (authors.low, authors.high) == (0, 0)
 
 
+@pytest.mark.parametrize(("variant", "high"), [("spade", 3), ("rlve", 1)])
+def test_the_spade_authors_controller_checks_after_each_play_and_rlves_once_per_rollout(
+    variant: str, high: int
+) -> None:
+    # one rollout of 6 wins at the top difficulty, tau_num 2: the SPADE authors' copy checks every 2 plays
+    # at the top (0 -> 1 -> 2 -> 3), RLVE's own counts the rollout first and checks once (0 -> 1)
+    wins = [("Sorting", 0, True)] * 2 + [("Sorting", 1, True)] * 2 + [("Sorting", 2, True)] * 2
+    assert windows(["Sorting"], wins, tau_num=2, variant=variant)["Sorting"].high == high
+    top = {"Sorting": Window(0, 20)}  # the SPADE authors cap the difficulty at 20, RLVE does not
+    capped = windows(["Sorting"], [("Sorting", 20, True)] * 2, start=top, tau_num=2, variant=variant)
+    assert capped["Sorting"].high == (20 if variant == "spade" else 21)
+    assert (
+        controller(load_config("tiny", overrides=[f"designer.rlve_controller={variant}"]).designer.model_dump())[
+            "variant"
+        ]
+        == variant
+    )
+
+
 def test_paper_fixed_rlve_preset_pins() -> None:
     """The authors' cmd/games/train_fixed_rlve_4b.sh, value by value."""
     cfg = load_config("paper-fixed-rlve")
     assert cfg.designer.fixed_pool == "rlve:official16"
     assert (cfg.designer.rlve_tau_acc, cfg.designer.rlve_tau_num, cfg.designer.rlve_d_delta) == (0.9, 128, 4)
-    assert (cfg.model.temperature, cfg.model.top_p, cfg.model.top_k, cfg.model.max_new_tokens) == (1.0, 0.95, 20, 8192)
+    sampling = (cfg.model.temperature, cfg.model.top_p, cfg.model.top_k, cfg.model.max_new_tokens)
+    assert sampling == (1.0, 0.95, None, 8192)
     assert (cfg.training.global_batch_size, cfg.rollout.plays_no_hint, cfg.rollout.plays_hint) == (256, 16, 0)
     assert (cfg.training.steps_per_generation, cfg.training.beta, cfg.training.learning_rate) == (1, 0.0, 1e-6)
     assert (cfg.training.loss_type, cfg.training.epsilon, cfg.training.epsilon_high) == ("grpo", 0.2, 0.28)
@@ -208,6 +225,7 @@ def test_paper_fixed_rlve_preset_pins() -> None:
     )
     assert cfg.orchestration.async_generations is False
     assert (Window().low, Window().high, TAU_NUM) == (0, 0, 128)
+    assert cfg.designer.rlve_controller == "spade"  # the SPADE authors' copy, which their baseline runs
 
 
 @pytest.mark.slow

@@ -13,7 +13,12 @@ Requests: ``load`` (source, max_turns, own_max_turns, contract), ``reset`` (seed
 ``solution``, ``close``. ``contract`` is ``ours`` (a ``solution`` method, reset returns a pair, 0/1 taken as
 flags, no bool reward) or ``authors`` (their smoke test's types, spade/core/envs/synthetic_game_env.py:262-335:
 no ``solution`` needed, reset may return the observation alone, flags must be real bools, any int or float
-reward); both refuse a reward that is not finite or beyond +-REWARD_LIMIT.
+reward); both refuse a reward that is not finite or beyond +-REWARD_LIMIT. A load for play (``at_play``) under
+``authors`` holds ``step`` to their game wrapper's conversions instead (synthetic_game_env.py:404-414: the
+observation through ``str``, the reward through ``float``, the flags through ``bool``, info that is no dict
+dropped; a conversion that raises is a raising step; strict types are their load-time smoke test's only), and
+with ``reset_placeholder`` a ``reset`` that raises gives their placeholder observation
+(synthetic_game_env.py:336-359) instead of an error.
 Replies: ``{"ok": true, ...}`` or ``{"ok": false, "error_type": ..., "message": ...}``; each carries the
 environment's captured ``stdout`` (truncated).
 """
@@ -33,6 +38,8 @@ MAX_PRINTED = 1 << 20  # characters an environment may print in one call; beyond
 # The widest reward the host passes on: the authors' smoke-test range (spade_core.envs.validate.SMOKE_REWARD_RANGE).
 REWARD_LIMIT = 10.0
 MODULE_NAME = "spade_generated_env"
+# What the authors' game wrapper returns from a reset that raised (synthetic_game_env.py:356-359).
+RESET_PLACEHOLDER = "Error during reset. Starting new game."
 
 # Private references taken before generated code runs, so it cannot swap them out from under us by
 # patching modules (a deliberate in-process forgery is out of scope: see the sandbox threat model).
@@ -163,6 +170,26 @@ def check_reward(value, allow_bool=False):
     return reward
 
 
+def converted_step(out):
+    """A ``step`` result as the authors' game wrapper converts it at play (synthetic_game_env.py:404-414): None
+    becomes the wrapper's default, everything else goes through ``str`` / ``float`` / ``bool`` (which may
+    raise: a raising step); the reward must still be finite, as JSON carries no NaN (the engine clamps the
+    return to [-1, 1] anyway)."""
+    out = check_tuple(out, 5, "step(action)")
+    obs, reward, terminated, truncated, info = out
+    reward = float(reward) if reward is not None else 0.0
+    if not math.isfinite(reward):
+        raise ContractError("step returned reward %r, expected a finite number" % (reward,))
+    return {
+        "ok": True,
+        "obs": str(obs) if obs is not None else "No observation",
+        "reward": reward,
+        "terminated": bool(terminated) if terminated is not None else False,
+        "truncated": bool(truncated) if truncated is not None else False,
+        "info": _json_safe(info) if isinstance(info, dict) else {},
+    }
+
+
 def check_tuple(value, length, where):
     if not isinstance(value, (tuple, list)) or len(value) != length:
         got = (
@@ -214,8 +241,10 @@ class Host:
     def __init__(self):
         self.env = None
         self.authors = False  # the authors' contract (see the module doc)
+        self.convert = False  # authors, at play: step results converted as their wrapper does
+        self.reset_placeholder = False  # a reset that raises gives the authors' placeholder observation
 
-    def load(self, source, max_turns=12, own_max_turns=False, contract="ours"):
+    def load(self, source, max_turns=12, own_max_turns=False, contract="ours", at_play=False, reset_placeholder=False):
         """Load the one environment class of ``source`` and build it with ``max_turns``; with
         ``own_max_turns`` it is built with its own default instead and keeps its own ``max_turns``, capped at
         ``max_turns`` (the authors' ``respect_game_max_turns``, spade/core/envs/synthetic_game_env.py:226-246)."""
@@ -230,6 +259,8 @@ class Host:
         exec(code, module.__dict__)
         cls = find_env_class(module.__dict__)
         self.authors = contract == "authors"
+        self.convert = self.authors and at_play
+        self.reset_placeholder = reset_placeholder
         if not self.authors and not callable(getattr(cls, "solution", None)):
             raise ContractError("environment class %s has no solution() method" % cls.__name__)
         self.env = build_env(cls, max_turns) if own_max_turns else cls(max_turns=max_turns)
@@ -244,13 +275,21 @@ class Host:
         return self.env
 
     def reset(self, seed=None):
-        out = self._need_env().reset(seed=seed)
+        env = self._need_env()
+        try:
+            out = env.reset(seed=seed)
+        except Exception:
+            if not self.reset_placeholder:
+                raise
+            out = (RESET_PLACEHOLDER, {})
         if self.authors and isinstance(out, str):
             out = (out, {})
         out = check_tuple(out, 2, "reset(seed)")
         return {"ok": True, "obs": check_obs(out[0], "reset"), "info": check_info(out[1], "reset")}
 
     def step(self, action=""):
+        if self.convert:
+            return converted_step(self._need_env().step(action))
         out = check_tuple(self._need_env().step(action), 5, "step(action)")
         return {
             "ok": True,
@@ -301,6 +340,8 @@ def handle(host, request):
                 int(request.get("max_turns", 12)),
                 bool(request.get("own_max_turns")),
                 str(request.get("contract", "ours")),
+                bool(request.get("at_play")),
+                bool(request.get("reset_placeholder")),
             )
         if op == "reset":
             return host.reset(request.get("seed"))

@@ -13,6 +13,12 @@ environment, a window ``[low, high]`` of difficulty levels, starting at ``[0, 0]
 
 Plays at another difficulty, and plays an environment broke (error rows), do not count.
 
+RLVE's own controller (``variant="rlve"``; RLVE's repository, ``slime/ray/rollout_data_source.py:35-56,
+101-133``), for runs that want RLVE's original rather than the SPADE authors' copy: every play of a rollout
+(here a generation's batch) at ``high`` is counted first, and each environment is checked once, after the
+batch, when it has at least ``tau_num`` of them (its counters then reset, promoted or not); there is no cap on
+``high``. :func:`windows` takes one such batch.
+
 The state is never kept in memory between steps: :func:`windows` folds every earlier outcome of the run,
 read from the store, so a resumed run or a rerun stage gets the same windows (docs/DESIGN.md §4: the store
 is the only state). The authors' values are the module's defaults (``train_fixed_rlve_4b.sh:101-103``:
@@ -89,14 +95,22 @@ def windows(
     tau_num: int = TAU_NUM,
     d_delta: int = D_DELTA,
     max_difficulty: int = MAX_DIFFICULTY,
+    variant: str = "spade",
 ) -> dict[str, Window]:
     """Every environment's window after ``outcomes`` = (name, difficulty, success), in the order played,
-    from ``start`` (default: every window at ``[0, 0]``).
+    from ``start`` (default: every window at ``[0, 0]``). ``variant``: ``spade`` (the SPADE authors' check
+    after each play, :func:`update`) or ``rlve`` (``outcomes`` is one rollout: counted, then checked once, no
+    cap).
 
     >>> windows(["A", "B"], [("A", 0, True), ("A", 0, True), ("B", 0, False), ("B", 0, True)], tau_num=2)
     {'A': Window(low=0, high=1, successes=0, attempts=0), 'B': Window(low=0, high=0, successes=0, attempts=0)}
+    >>> climb = [("A", 0, True)] * 2 + [("A", 1, True)] * 2
+    >>> windows(["A"], climb, tau_num=2)["A"].high, windows(["A"], climb, tau_num=2, variant="rlve")["A"].high
+    (2, 1)
     """
     state = {name: (start or {}).get(name, Window()) for name in names}
+    if variant == "rlve":
+        return _rollout_check(state, outcomes, tau_acc=tau_acc, tau_num=tau_num, d_delta=d_delta)
     for name, difficulty, success in outcomes:
         if name in state:
             state[name] = update(
@@ -108,6 +122,26 @@ def windows(
                 d_delta=d_delta,
                 max_difficulty=max_difficulty,
             )
+    return state
+
+
+def _rollout_check(
+    state: dict[str, Window], outcomes: Iterable[tuple[str, int, bool]], *, tau_acc: float, tau_num: int, d_delta: int
+) -> dict[str, Window]:
+    """RLVE's own update after one rollout (``rollout_data_source.py:101-133``): count the plays at each
+    environment's ``high``, then check every environment with ``tau_num`` or more once; no maximum."""
+    for name, difficulty, success in outcomes:
+        window = state.get(name)
+        if window is not None and difficulty == window.high:
+            state[name] = replace(window, successes=window.successes + int(success), attempts=window.attempts + 1)
+    for name, window in state.items():
+        if window.attempts < tau_num:
+            continue
+        if window.successes / window.attempts >= tau_acc:
+            high = window.high + 1
+            state[name] = Window(max(window.low, high - d_delta + 1), high)
+        else:
+            state[name] = replace(window, successes=0, attempts=0)
     return state
 
 

@@ -77,10 +77,15 @@ def controller(designer: dict[str, Any]) -> dict[str, Any]:
     """The sliding-window settings of a config's ``designer`` section (``rlve_*``), as :func:`windows` takes
     them; a setting the section lacks keeps the authors' value.
 
-    >>> controller({"rlve_tau_num": 8})
-    {'tau_num': 8}
+    >>> controller({"rlve_tau_num": 8, "rlve_controller": "rlve"})
+    {'tau_num': 8, 'variant': 'rlve'}
     """
-    keys = {"rlve_tau_acc": "tau_acc", "rlve_tau_num": "tau_num", "rlve_d_delta": "d_delta"}
+    keys = {
+        "rlve_tau_acc": "tau_acc",
+        "rlve_tau_num": "tau_num",
+        "rlve_d_delta": "d_delta",
+        "rlve_controller": "variant",
+    }
     return {name: designer[key] for key, name in keys.items() if key in designer}
 
 
@@ -145,5 +150,9 @@ def rlve_pool(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> pd.DataF
     """Generation ``gen``'s RLVE pool; an unknown name is a :class:`~spade_core.envs.rlve.RlveNameError`
     before anything is written."""
     names = rlve.resolve(cfg.designer.fixed_pool or "")
-    state = windows(names, outcomes(store, run_id, gen), **controller(cfg.designer.model_dump()))
+    settings = controller(cfg.designer.model_dump())
+    plays = _plays(store, run_id, gen)
+    state = windows(names, [], **settings)
+    for earlier in range(1, gen):  # one generation = one rollout: RLVE's own controller checks once per rollout
+        state = windows(names, _outcomes(plays[plays["gen"] == earlier]), start=state, **settings)
     return rows(names, state, f"{cfg.seed}:{run_id}:{gen}")

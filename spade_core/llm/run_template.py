@@ -45,7 +45,7 @@ def local_tokenizer(name_or_path: str) -> Any | None:
 
 def conversation_shapes(cfg: SpadeConfig) -> list[dict[str, bool]]:
     """The conversation shapes the run's rollouts render, as :func:`check_template`'s keywords: a game (a
-    system prompt unless the authors' agent prompt) and, unless the designer writes games only, a tool-use
+    system prompt only under our agent prompt) and, unless the designer writes games only, a tool-use
     episode (under the native protocol its results come back as ``tool`` messages, and the schemas travel in
     the template, without a system prompt, when the template takes them).
 
@@ -56,7 +56,7 @@ def conversation_shapes(cfg: SpadeConfig) -> list[dict[str, bool]]:
     2
     """
     rollout = cfg.rollout
-    shapes = [{"system": rollout.agent_prompt != "authors", "tool_messages": False, "tools": False}]
+    shapes = [{"system": rollout.agent_prompt == "ours", "tool_messages": False, "tools": False}]
     if cfg.designer.kind != "game" or cfg.designer.fixed_pool:
         native = rollout.tool_protocol == "native"
         shapes.append({"system": True, "tool_messages": native, "tools": True})

@@ -9,6 +9,11 @@ prompt; the first observation (with its hint, when hinted) is wrapped in one use
 this is a language game, ``Observation: ...``, and a request to reason step by step and box the final
 answer; later observations come as they are.
 
+``authors_rlve`` (the authors' fixed-environment play of RLVE problems, ``spade/core/fixed_env_orchestrator.py:59-63``,
+the fixed-RLVE baseline's): no system prompt; one user message, the observation, a blank line and their
+instruction line as they send it, ``\\boxed{{}}`` with its doubled braces (a plain string literal beside an
+f-string there, so the braces are never unescaped).
+
 Tool use is the same under both: with the native protocol and a chat template that renders the tool
 schemas, no system prompt and the observation as it is (the authors' ``orchestrator.py:801-815``);
 otherwise the schemas and the call format in a system prompt.
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-AGENT_PROMPTS = ("ours", "authors")
+AGENT_PROMPTS = ("ours", "authors", "authors_rlve")
 
 GAME_SYSTEM = (
     "You are playing a text game. Each message from the user is the game's observation. Think step by "
@@ -35,6 +40,10 @@ AUTHORS_GAME_USER = (
     "Observation: {observation}\n"
     "Please reason step by step, and put your final answer within \\boxed{{}}."
 )
+
+# The authors' fixed-environment RLVE prompt (fixed_env_orchestrator.py:59-63) after the observation: the
+# doubled braces are what the model sees (their line is no f-string), so they are kept.
+AUTHORS_RLVE_INSTRUCTION = "\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
 TOOL_SYSTEM = (
     "You solve tasks by calling tools. {how} When you know the final result, reply with <answer>...</answer>.\n"
@@ -68,16 +77,16 @@ def system_prompt(
 ) -> str | None:
     """The agent's system prompt, or None for none.
 
-    A game has ours (:func:`game_system`) or, under the authors' prompt, none. Tool use with the native
+    A game has ours (:func:`game_system`) or, under either of the authors' prompts, none. Tool use with the native
     protocol has none when the chat template renders the tool schemas itself (the authors send one user
     message, orchestrator.py:801-815); a template that does not gets the schemas and the call format in a
     system prompt.
 
-    >>> system_prompt("game", None, False, style="authors") is None
-    True
+    >>> [system_prompt("game", None, False, style=s) is None for s in AGENT_PROMPTS]
+    [False, True, True]
     """
     if kind != "tool":
-        return None if style == "authors" else game_system(action)
+        return game_system(action) if style == "ours" else None
     if tool_protocol == "native" and tools_in_template:
         return None
     # One compact schema per line: the embedded 135M model's context is small.
@@ -92,7 +101,8 @@ def system_prompt(
 def first_observation(observation: str, hint: str | None, kind: str = "game", style: str = "ours") -> str:
     """The first user message: the observation, the hint (when hinted) as a separate ``HINT:`` paragraph
     (the authors' ``"{observation}\\n\\nHINT: {hint}"``), and, for a game under the authors' prompt, both
-    wrapped in their template (:data:`AUTHORS_GAME_USER`).
+    wrapped in their template (:data:`AUTHORS_GAME_USER`), or under ``authors_rlve`` followed by their RLVE
+    instruction (:data:`AUTHORS_RLVE_INSTRUCTION`).
 
     >>> first_observation("3 coins", "take one")
     '3 coins\\n\\nHINT: take one'
@@ -100,6 +110,12 @@ def first_observation(observation: str, hint: str | None, kind: str = "game", st
     You are playing a language game. Make valid actions to win.
     Observation: 3 coins
     Please reason step by step, and put your final answer within \\boxed{}.
+    >>> print(first_observation("Compute 6 * 7.", None, style="authors_rlve"))
+    Compute 6 * 7.
+    <BLANKLINE>
+    Please reason step by step, and put your final answer within \\boxed{{}}.
     """
     text = f"{observation}\n\nHINT: {hint}" if hint else observation
-    return AUTHORS_GAME_USER.format(observation=text) if style == "authors" and kind != "tool" else text
+    if kind == "tool" or style == "ours":
+        return text
+    return AUTHORS_GAME_USER.format(observation=text) if style == "authors" else text + AUTHORS_RLVE_INSTRUCTION

@@ -19,8 +19,8 @@ row; one that still fails keeps its ``error_type``, and scoring and training lea
 (``model_error``: the engine refused, died or hung, after the backend's own retries and restarts) is played
 again from the start the same way, up to ``rollout.model_retries`` [1] times, on the engine as it then is; one
 that still fails is left out the same way: an engine fault is never trained or scored as a lost play (but in
-the authors' hinted arm, ``rollout.hinted_play_rules: authors``, where every failure scores 0 unretried, as
-theirs).
+the authors' hinted arm, ``rollout.hinted_play_rules: authors``, where every failure but a raising step scores 0
+unretried, as theirs).
 With ``rollout.play_deadline_s`` a play that runs past it (checked after every turn) ends with ``deadline``:
 left out the same way, and never retried (the authors' ``orchestrator.py:1521-1541`` drop it).
 
@@ -44,9 +44,12 @@ get mask 0.
 
 The authors' prompts and rules that differ from ours are settings too (docs/method.md, "What the paper
 presets reproduce"): ``rollout.agent_prompt`` (:mod:`spade_core.play.agent_prompts`), ``rollout.hinted_play_rules``
-(``authors``: a hinted play gets ``max_tokens_per_turn`` every turn, no end-of-turn or context-margin rule,
-stops only on a full context, is not retried, and a failure scores 0 and is kept, its message appended to the
-transcript; ``orchestrator.py:1783-1917``), ``rollout.tool_turns`` (``free``: a turn of native tool calls
+(``authors``: a hinted game play gets ``max_tokens_per_turn`` every turn, no end-of-turn or context-margin rule,
+stops only on a full context; a hinted tool-use play keeps those rules, as theirs goes through the no-hint tool
+path, ``orchestrator.py:1839-1850``; no hinted play is retried, a step that raises scores
+``rollout.step_error_return`` through their game wrapper, ``synthetic_game_env.py:431-434``, and any other
+failure scores 0 and is kept, its message appended to the transcript; ``orchestrator.py:1783-1917``),
+``rollout.tool_turns`` (``free``: a turn of native tool calls
 counts toward ``rollout.max_turns`` only, the environment's own limit counting its steps;
 ``orchestrator.py:835-1003``), ``rollout.malformed_call_feedback`` (the authors' ``[FORMAT]`` line after a
 masked malformed call) and ``validation.contract`` (what the jail's loader admits, at play as at validation).
@@ -142,7 +145,7 @@ class _Episode:
     model_attempt: int = 0  # k = the k-th retry after a model call failed (rollout.model_retries)
     reply_start: int = 0  # where the last reply's tokens begin in token_ids
     env_steps: int = 0  # replies that went to the environment's step (tool-call turns do not)
-    # rollout.hinted_play_rules=authors on a hinted play: a failure scores 0 (kept), and no episode rule cuts it
+    # rollout.hinted_play_rules=authors on a hinted play: a failure scores 0 (kept), and no episode rule cuts a game
     authors_hinted: bool = False
     started: float = field(default_factory=time.monotonic)  # when this attempt began (rollout.play_deadline_s)
 
@@ -152,6 +155,12 @@ class _Episode:
             self.error, self.terminated, self.done = message, False, True
             return
         self.error_type, self.error, self.done = error_type, message, True
+
+    @property
+    def free_of_rules(self) -> bool:
+        """A hinted game play under the authors' rules: no end-of-turn or context-margin rule cuts it. Their
+        tool-use hinted plays go through the no-hint tool path and keep both (``orchestrator.py:1839-1850``)."""
+        return self.authors_hinted and self.session.kind != "tool"
 
     @property
     def episode_return(self) -> float:
@@ -244,6 +253,8 @@ class RolloutEngine:
                 call_timeout_s=self.call_timeout_s,
                 own_max_turns=self.cfg.game_max_turns,
                 contract=self.contract,
+                at_play=True,
+                reset_placeholder=self.cfg.reset_failure == "placeholder",
             ),
             attempt=attempt,
             model_attempt=model_attempt,
@@ -272,7 +283,7 @@ class RolloutEngine:
             episode.loss_mask = [0] * len(episode.token_ids)
             episode.logprobs = [0.0] * len(episode.token_ids)
             # the authors' check before the first reply (theirs only: ours lets the first turn run)
-            margin_rule = self.cfg.context_margin_tokens is not None and not episode.authors_hinted
+            margin_rule = self.cfg.context_margin_tokens is not None and not episode.free_of_rules
             episode.done = margin_rule and self._context_spent(episode)
         return episode
 
@@ -380,7 +391,7 @@ class RolloutEngine:
         if self.tokenizer is None:
             return False
         left = self.cfg.max_context_tokens - len(episode.token_ids)
-        if episode.authors_hinted:  # the authors check no context on a hinted play: only a full one stops it
+        if episode.free_of_rules:  # the authors check no context on a hinted game play: only a full one stops it
             return left <= 0
         margin = self.cfg.context_margin_tokens
         return left <= margin if margin is not None else left < self.cfg.max_tokens_per_turn
@@ -397,7 +408,7 @@ class RolloutEngine:
             if not ids:  # a server backend returned text only: tokenize it
                 ids = chat.completion_ids(completion.text, stopped=stopped)
             sampled = completion.logprobs
-            margin = None if episode.authors_hinted else self.cfg.context_margin_tokens
+            margin = None if episode.free_of_rules else self.cfg.context_margin_tokens
             room = self.cfg.max_context_tokens - len(episode.token_ids) - (margin or 0)
             if margin is not None and len(ids) > room:  # the authors' max_tokens = remaining - 64
                 ids, sampled, stopped = ids[: max(room, 0)], sampled[: max(room, 0)] if sampled else sampled, False
@@ -468,12 +479,9 @@ class RolloutEngine:
     ) -> None:
         episode.env_steps += 1
         if not result.ok:
-            if (
-                self.cfg.step_error_return is not None
-                and result.error_type in STEP_FAULTS
-                and not episode.authors_hinted
-            ):
-                # the authors' synthetic_game_env.py:429-434: the play ends with that reward, not retried
+            if self.cfg.step_error_return is not None and result.error_type in STEP_FAULTS:
+                # the authors' synthetic_game_env.py:429-434: the play ends with that reward, not retried; their
+                # hinted arm steps through the same wrapper, so a hinted play scores it too
                 episode.rewards.append(self.cfg.step_error_return)
                 episode.terminated = episode.done = True
                 episode.messages.append({"role": "user", "content": f"Error: {result.message}"})
@@ -607,7 +615,7 @@ class RolloutEngine:
             episode.fail("model_error", completion.error)
             return None
         eos, cut, reply = self._record_reply(episode, completion)
-        if self.cfg.end_without_eos and cut and not episode.authors_hinted:
+        if self.cfg.end_without_eos and cut and not episode.free_of_rules:
             episode.done = True  # cut at the token limit: truncated, unplayed, return 0
             return None
         calls, malformed = self._native_calls(episode, reply)

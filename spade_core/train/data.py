@@ -66,7 +66,7 @@ class Sample:
     env_id: str | None = None
     skill: str | None = None
     behaviour_step: int = 0  # the checkpoint that sampled it
-    duplicate: bool = False  # a repeat of a real play that fills the batch (training.batch_fill: duplicate)
+    duplicate: bool = False  # a repeat of a real play that fills the batch (training.batch_fill: duplicate, random)
 
     @property
     def trained_tokens(self) -> int:
@@ -83,7 +83,7 @@ class Batch:
 
     @property
     def duplicated(self) -> int:
-        """Repeats of real plays in the batch (``training.batch_fill: duplicate``)."""
+        """Repeats of real plays in the batch (``training.batch_fill: duplicate`` or ``random``)."""
         return sum(s.duplicate for s in self.samples_)
 
     def samples(self, role: str | None = None) -> list[Sample]:
@@ -354,6 +354,25 @@ def fill_with_duplicates(samples: list[Sample], target: int) -> list[Sample]:
     if not samples or len(samples) >= target:
         return list(samples)
     return [*samples, *(replace(samples[i % len(samples)], duplicate=True) for i in range(target - len(samples)))]
+
+
+def fill_at_random(samples: list[Sample], target: int, seed: int) -> list[Sample]:
+    """``samples``, and when they are fewer than ``target`` copies drawn from them at random, with replacement,
+    up to ``target``, each marked ``duplicate`` (``training.batch_fill: random``): the authors' fixed-environment
+    baseline pads its short batch with ``random.choice`` copies of real samples
+    (``spade/slime/fixed_env_rollout.py:448-462``). Seeded, so a step's batch is the same when it is trained again.
+
+    >>> s = [Sample(AGENT, "agent:e", [], [1], [1], float(r), source_id=f"p{r}") for r in range(3)]
+    >>> filled = fill_at_random(s, 8, seed=1)
+    >>> len(filled), sum(x.duplicate for x in filled), {x.source_id for x in filled[3:]} <= {"p0", "p1", "p2"}
+    (8, 5, True)
+    >>> filled == fill_at_random(s, 8, seed=1), len(fill_at_random(s, 2, seed=1)), fill_at_random([], 4, seed=1)
+    (True, 3, [])
+    """
+    if not samples or len(samples) >= target:
+        return list(samples)
+    rng = random.Random(seed)
+    return [*samples, *(replace(rng.choice(samples), duplicate=True) for _ in range(target - len(samples)))]
 
 
 def make_batch(samples: list[Sample], skipped_episodes: int = 0, size: int | None = None) -> Batch:

@@ -52,6 +52,7 @@ from spade_core.train.data import (
     Batch,
     agent_samples,
     designer_samples,
+    fill_at_random,
     fill_with_duplicates,
     make_batch,
     mix_roles,
@@ -79,8 +80,12 @@ def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -
     ``scoring.parent_copy_raw`` rewards): final design rows joined with their ``designer_rewards`` row whose
     ``train_step`` is this step (empty when none are due, the designer is frozen or the pool is fixed). Those
     of the generation whose designs are due now, and at the run's last step those due after it
-    (:func:`spade_core.steps.due_generations`)."""
+    (:func:`spade_core.steps.due_generations`). With ``training.delayed_designs: authors`` none at a step that
+    made no design of its own (:func:`makes_designs`), as the authors' loop fetches its delayed designs, and runs
+    its final flush, only then (``spade_rollout.py:548-563``)."""
     if not cfg.designer.train or cfg.designer.fixed_pool:
+        return pd.DataFrame()
+    if cfg.training.delayed_designs == "authors" and not makes_designs(cfg, store, run_id, global_step):
         return pd.DataFrame()
     frames = []
     for gen in due_generations(cfg, global_step):
@@ -96,6 +101,21 @@ def due_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def makes_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int) -> bool:
+    """Whether global step ``global_step`` made designs of its own: valid designs joined the pool there (its
+    generation's ``pool`` at the first step, the ``refill-s{k}`` top-up at a later step k). The authors' loop
+    buffers a step's designs and fetches those of ``step - D``, and flushes the rest at the final rollout, only
+    under ``if delay > 0 and env_samples`` (``spade_rollout.py:548-563``): at a step with no new designs of its
+    own, nothing delayed is trained."""
+    k = int(cfg.training.steps_per_generation)
+    gen, step = global_step // k + 1, global_step % k
+    if step and step not in top_up_steps(cfg):
+        return False
+    stage = instance_name("refill", step) if step else "pool"
+    pool = read_listed(store, run_id, gen, [stage], "pool", ["source"])
+    return bool(not pool.empty and (pool["source"] == "design").any())
+
+
 def new_designs(cfg: SpadeConfig, pool: pd.DataFrame, step: int) -> int:
     """The designs a step makes, as the authors count them when they fill the batch (``num_env``,
     ``orchestrator.py:2607-2612``): the pool's designed environments at a generation's first step while the
@@ -109,7 +129,8 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
     """The batch of step ``step`` (0..K-1) of generation ``gen``: the no-hint plays of that step and the
     designs that are due at this global step (:func:`due_designs`), the designer's first; with
     ``training.batch_fill: duplicate`` the agent's plays are repeated up to ``global_batch_size`` minus the
-    step's new designs (:func:`spade_core.train.data.fill_with_duplicates`)."""
+    step's new designs (:func:`spade_core.train.data.fill_with_duplicates`), with ``random`` copied at random up
+    to ``global_batch_size`` (:func:`spade_core.train.data.fill_at_random`)."""
     played = instance_name("rollout", step)
     episodes = read_listed(store, run_id, gen, [played], "episodes")
     columns = ["env_id", "skill", "kind", "source"]
@@ -126,9 +147,15 @@ def build_batch(cfg: SpadeConfig, store: Store, run_id: str, gen: int, step: int
         agent, skipped = [], 0
     mixed = mix_roles(agent, designer, cfg.training.designer_fraction, seed=cfg.seed * 7919 + gen * 131 + step)
     size = cfg.training.global_batch_size
-    if size is not None and cfg.training.batch_fill == "duplicate":
+    fill = cfg.training.batch_fill
+    if size is not None and fill != "pad":
         plays = [s for s in mixed if s.role == AGENT]
-        mixed = [s for s in mixed if s.role != AGENT] + fill_with_duplicates(plays, size - new_designs(cfg, pool, step))
+        others = [s for s in mixed if s.role != AGENT]
+        if fill == "duplicate":
+            plays = fill_with_duplicates(plays, size - new_designs(cfg, pool, step))
+        else:  # the fixed-environment baseline's fill: the designer has no samples there
+            plays = fill_at_random(plays, size - len(others), seed=cfg.seed * 7919 + gen * 131 + step)
+        mixed = others + plays
     return make_batch(mixed, skipped_episodes=skipped, size=size)
 
 
