@@ -322,7 +322,7 @@ def load_run(store: Store, run_id: str, baseline: str | None = None, top: int = 
     Raises:
         ReportError: ``run_id`` or ``baseline`` is not in the store (the message lists the runs).
     """
-    store.run_dir(run_id)  # a malformed run id is a StoreError naming it
+    store.config_path(run_id)  # a malformed run id is a StoreError naming it
     reader = RunReader(store)
     runs = reader.runs()
     if run_id not in runs:

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from spade_core.report.data import ordered_sources
+from spade_core.steps import generation_of
 
 _RC: dict[Any, Any] = {
     "text.parse_math": False,
@@ -177,7 +178,7 @@ def generation_boundaries(steps: list[int], k: int | None) -> list[int]:
     if not steps or not k:
         return []
     first, last = min(steps), max(steps)
-    return list(range((first // k + 1) * k, last + 1, k))
+    return list(range(generation_of(k, first) * k, last + 1, k))
 
 
 def learning_curve(frame: pd.DataFrame, steps_per_generation: int | None = None) -> bytes | None:
@@ -239,7 +240,7 @@ def learning_curve(frame: pd.DataFrame, steps_per_generation: int | None = None)
             for boundary in boundaries:
                 ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
             for start in [min(steps), *boundaries]:
-                gen = gen_at.get(start, start // k + 1 if k else None)
+                gen = gen_at.get(start, generation_of(k, start) if k else None)
                 if gen is not None:
                     ax.annotate(
                         f"gen {gen}",
