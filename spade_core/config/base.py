@@ -68,10 +68,11 @@ class _Section(BaseModel):
 
 
 def _key_of(section: type[BaseModel], name: str) -> str:
-    """The dotted key of field ``name`` of a section (``training.learning_rate``), for messages."""
-    from spade_core.config.spade import SpadeConfig  # spade.py imports the sections, which import this module
-
-    for key, info in SpadeConfig.model_fields.items():
-        if info.annotation is section:
-            return f"{key}.{name}"
+    """The dotted key of field ``name`` of a section (``training.learning_rate``), for messages: the field of
+    the config (a section too) that holds the section, found among the sections without importing the config
+    (whose module imports this one)."""
+    for owner in _Section.__subclasses__():
+        for key, info in owner.model_fields.items():
+            if info.annotation is section:
+                return f"{key}.{name}"
     return name
