@@ -16,8 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.report.data import RunData, eval_comparison, fixed_pool_of, learning_curve_table
+from spade_core.report.data import RunData, fixed_pool_of
 from spade_core.report.summary import raw_label, variant_of
+from spade_core.report.tables import eval_comparison, learning_curve_table
 from spade_core.report.timeline import (
     chain_seconds,
     overlap_fraction,

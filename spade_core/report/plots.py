@@ -21,7 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from spade_core.report.data import ordered_sources
+from spade_core.report.tables import ordered_sources
 from spade_core.steps import generation_of
 
 _RC: dict[Any, Any] = {
@@ -119,7 +119,7 @@ def designer_reward(
     raw_name: str = "raw",
 ) -> bytes | None:
     """The designer's reward per generation, of the run and of a baseline run (``designer_rewards``, as
-    :func:`~spade_core.report.data.designer_reward_table` frames).
+    :func:`~spade_core.report.tables.designer_reward_table` frames).
 
     Left, the designer's curve: the mean raw value with a ± one-standard-error bar (std / √designs; the run's
     range, min to max, as a light band), the baseline run's beside it. Right, the trained reward (the advantage: centred
