@@ -199,3 +199,19 @@ def _module_of(name: str) -> str:
     while name and not _is_module(name):
         name = name.rpartition(".")[0]
     return name
+
+
+LONG = 400  # lines a reader can hold; a longer module says why on its first line
+REASON = "# Over 400 lines: "
+
+
+def test_modules_a_reader_can_hold() -> None:
+    """Every module of spade_core is at most 400 lines, or its first line gives the one reason it is not."""
+    long = []
+    for path in sources():
+        if not module_name(path).startswith("spade_core"):
+            continue
+        lines = path.read_text().splitlines()
+        if len(lines) > LONG and not (lines[0].startswith(REASON) and len(lines[0]) > len(REASON) + 10):
+            long.append(f"{path.relative_to(ROOT)}: {len(lines)} lines")
+    assert not long, f"modules over {LONG} lines without a reason on their first line:\n" + "\n".join(long)

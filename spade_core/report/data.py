@@ -11,7 +11,8 @@ Definitions (docs/DESIGN.md §7):
 - **designed**: ``designs`` rows of the designer's replies (``attempt`` 0; repairs are further attempts);
   **with code**: those whose reply held a ```python block; **valid**: designs whose final verdict is ok —
   the validation of their highest attempt, unless the novelty stage marked it ``novel = false``
-  (:func:`spade_core.store.verdicts.final_verdicts`, generation by generation); **scored**: ``env_scores`` rows of valid designs.
+  (:func:`spade_core.store.verdicts.final_verdicts`, generation by generation); **scored**: ``env_scores``
+  rows of valid designs.
   ``env_scores`` also holds rows for invalid designs (all zeros), not counted in the win-rate or regret
   distributions, and rows without a ``design_id`` for replayed / fixed-pool environments, which are valid
   by construction.

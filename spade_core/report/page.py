@@ -1,3 +1,4 @@
+# Over 400 lines: one builder per section of the page, sharing the escaping and table helpers.
 """The report page: one self-contained HTML file (inline CSS, figures as base64 data URIs, no script).
 
 Everything that comes from the store (run ids, env ids, skills, suites, code, the stored config) passes

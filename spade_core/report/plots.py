@@ -1,3 +1,4 @@
+# Over 400 lines: one small function per figure, sharing the canvas and colour helpers.
 """The report's figures as PNG bytes (matplotlib's Agg canvas; no pyplot, no global backend state).
 
 Each function takes a frame from :mod:`spade_core.report.data` and returns PNG bytes, or None when the

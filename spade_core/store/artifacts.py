@@ -1,3 +1,4 @@
+# Over 400 lines: one class, Store: every file operation of the store behind one I/O count.
 """The artifact store: Parquet tables in a hive layout on a local dir or S3 (docs/DESIGN.md §4).
 
 Layout under the root::

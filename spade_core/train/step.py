@@ -1,3 +1,4 @@
+# Over 400 lines: the trainer subprocess's one job in order, from the batch read to the checkpoint.
 """One optimizer step of both roles with TRL's ``GRPOTrainer`` (docs/DESIGN.md §7).
 
 Run as ``accelerate launch -m spade_core.train.step --run-id R --gen G --step K --config FILE`` (the pipeline
