@@ -218,12 +218,12 @@ class GenerationContext:
         files = listed_files(self.store, self.run_id, self.gen - 1, stage, table) if self.gen > 1 else None
         return self.store.read_files(table, files or [], keys=False)
 
-    def final_designs(self, *, novelty: bool = True) -> pd.DataFrame:
-        """This generation's designs with their final verdicts (:func:`spade_core.store.verdicts.final_designs`)."""
-
+    def final_designs(self, *, novelty: bool = True, steps: Sequence[str] = ()) -> pd.DataFrame:
+        """This generation's designs with their final verdicts (:func:`spade_core.store.verdicts.final_designs`;
+        ``steps``: the per-step top-ups whose designs count too)."""
         for table in ("designs", "validations", *(("novelty",) if novelty else ())):
             self._declared(table, "read")
-        return final_designs(self.store, self.run_id, self.gen, novelty=novelty)
+        return final_designs(self.store, self.run_id, self.gen, novelty=novelty, steps=steps)
 
     def design_run(self) -> DesignRun:
         """What this execution's design rows depend on (:mod:`spade_core.designer.batch`); the previous memory is

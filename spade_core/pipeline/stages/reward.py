@@ -22,7 +22,7 @@ from spade_core.pipeline.context import GenerationContext
 from spade_core.play.plays import no_hint_plays
 from spade_core.stage_names import instance_name
 from spade_core.steps import top_up_steps
-from spade_core.store.verdicts import PARENT_CHECKS, final_designs
+from spade_core.store.verdicts import PARENT_CHECKS
 
 
 def made_later(ctx: GenerationContext) -> dict[str, int]:
@@ -53,7 +53,7 @@ def agent_plays(ctx: GenerationContext) -> int:
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     cfg = ctx.cfg
     refills = [instance_name("refill", s) for s in top_up_steps(cfg)]
-    designs = final_designs(ctx.store, ctx.run_id, ctx.gen, steps=refills)
+    designs = ctx.final_designs(steps=refills)
     steps = [instance_name("rollout", s) for s in range(cfg.training.steps_per_generation)]
     episodes = ctx.read("episodes", steps, list(PLAY_COLUMNS))
     previous = ctx.read_previous("designer_lp_state", ctx.stage)  # this stage's own file of generation gen - 1
