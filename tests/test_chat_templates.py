@@ -202,7 +202,8 @@ class Played:
 
 
 def play(chat: ChatTokens, stop_id: int, opening: Messages, turns: list[Turn]) -> Played:
-    """The rollout's bookkeeping (``_open``, ``_record_reply``, ``_append_observations``) with scripted replies."""
+    """The rollout's bookkeeping (``Player._open``, ``Recorder.reply``, ``Recorder.observations``) with scripted
+    replies."""
     ids = chat.prompt(opening)
     messages = list(opening)
     played = Played([list(ids)], ids, messages, [list(messages)])
