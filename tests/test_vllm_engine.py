@@ -278,6 +278,26 @@ def test_the_stream_and_the_lockstep_batch_play_the_same_episodes(engine: VLLMGe
     assert [r["token_ids"] for r in streamed] == [r["token_ids"] for r in batched]
     assert [r["episode_return"] for r in streamed] == [r["episode_return"] for r in batched]
 
+    class Keeping:  # the same engine as a KV-cache owner: each episode's cache key must come back once it is over
+        streams = True
+        supports_token_prompts = True
+        model_ref, tokenizer = engine.model_ref, engine.tokenizer
+        generate = staticmethod(engine.generate)
+
+        def __init__(self) -> None:
+            self.released: list[str] = []
+
+        def release(self, keys: list[str]) -> None:
+            self.released.extend(keys)
+
+        def close(self) -> None:
+            pass
+
+    keeping = Keeping()
+    kept = RolloutEngine(keeping, cfg.model_copy(update={"reuse_kv_cache": True}), sampling, call_timeout_s=5.0)
+    assert [r["token_ids"] for r in kept.run(specs)] == [r["token_ids"] for r in streamed]  # type: ignore[arg-type]
+    assert len(keeping.released) == len(set(keeping.released)) == len(specs)
+
 
 def test_many_seeded_requests_with_long_prompts_keep_the_engine_alive(engine: VLLMGenerator) -> None:
     # Prefilled in chunks, a seeded request's generator was rewound, which a CPU generator cannot do: the

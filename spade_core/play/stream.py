@@ -37,6 +37,7 @@ def run_stream(
             while True:
                 if player.retries_left(episode):
                     episode.session.close()
+                    player.release([episode])  # the failed try's conversation is over: its cache goes
                     with opening:
                         episode = episodes[index] = player.reopen(episode)
                     continue
@@ -52,6 +53,7 @@ def run_stream(
                     player.count_prompts([completion])
         finally:
             episode.session.close()
+            player.release([episode])  # the episode is over: its kept KV cache is freed at once
         with lock:
             finished[0] += 1
             if on_turn is not None:
