@@ -302,3 +302,25 @@ def test_each_file_is_checked_once_across_commands(tmp_path: Path, monkeypatch: 
     _same_size_corruption(store, changed)
     third = RunReader(Store(store.root))
     assert [p.path for p in third.check(["episodes"]).problems] == [changed]
+
+
+def test_a_commands_own_write_is_read_under_its_marker_and_keeps_its_earlier_files(tmp_path: Path) -> None:
+    """``spade eval --run-id`` / ``spade rollout --run-id`` write into a run around the pipeline under a marker
+    of their own: their rows are queried, checked like a stage's, and a second write (another suite) keeps
+    the files of the first."""
+    from spade_core.config import load_config
+    from spade_core.store.markers import write_command_marker
+
+    store = Store(str(tmp_path / "st"))
+    cfg = load_config("tiny", overrides=[f"store.root={store.root}"])
+    first = store.write_table("episodes", frame("episodes", 3), run_id="r", gen=1, stage="rollout-cli", shard=0)
+    write_command_marker(store, cfg, "r", 1, "rollout-cli", [first])
+    second = store.write_table("episodes", frame("episodes", 2), run_id="r", gen=1, stage="rollout-cli", shard=1)
+    record = write_command_marker(store, cfg, "r", 1, "rollout-cli", [second])
+    assert record.files == {"episodes": [first.path, second.path]} and record.rows == {"episodes": 5}
+    result = runner.invoke(app, ["sql", "--store", store.root, *COUNT])
+    assert _count(result) == 5 and result.stderr == "", result.output
+    again = store.write_table("episodes", frame("episodes", 4), run_id="r", gen=1, stage="rollout-cli", shard=0)
+    record = write_command_marker(store, cfg, "r", 1, "rollout-cli", [again])  # shard 0 rewritten: 4 + 2 rows
+    assert sorted(record.files["episodes"]) == sorted([first.path, second.path]) and record.rows == {"episodes": 6}
+    assert _count(runner.invoke(app, ["sql", "--store", store.root, *COUNT])) == 6

@@ -245,17 +245,35 @@ def write_command_marker(
 ) -> StageRecord:
     """The marker of a command's own write into a run (``spade eval --run-id`` as ``eval-cli``, ``spade
     rollout --run-id`` as ``rollout-cli``, the demo's ``seed_check``): to every reader its files are the run's
-    rows, as a stage's are (docs/DESIGN.md §10); no stage takes it as an input or reuses it."""
+    rows, as a stage's are (docs/DESIGN.md §10); no stage takes it as an input or reuses it. The files an
+    earlier write of the same command listed stay listed unless this write replaced them (``spade eval`` of
+    one suite, then of another)."""
+    earlier = read_marker(store, run_id, gen, command)
+    now_written = {w.path for w in written}
+    files: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
+    file_digests: dict[str, str] = {}
+    rows: dict[str, int] = {}
+    for table, paths in (earlier.files if earlier is not None else {}).items():
+        for path in [p for p in paths if p not in now_written and store.exists(p)]:
+            files.setdefault(table, []).append(path)
+            if earlier is not None and path in earlier.file_digests:
+                sizes[path], file_digests[path] = earlier.sizes[path], earlier.file_digests[path]
+            rows[table] = rows.get(table, 0) + store.parquet_rows(path)
+    for w in written:
+        files.setdefault(w.table, []).append(w.path)
+        sizes[w.path], file_digests[w.path] = w.size, w.digest
+        rows[w.table] = rows.get(w.table, 0) + w.rows
     record = StageRecord(
         stage=command,
         run_id=run_id,
         gen=gen,
         artifact_hash=artifact_hash(cfg),
-        digest=combined_digest(sorted((w.path, w.digest) for w in written)),
-        files={table: [w.path for w in written if w.table == table] for table in {w.table for w in written}},
-        sizes={w.path: w.size for w in written},
-        file_digests={w.path: w.digest for w in written},
-        rows={table: sum(w.rows for w in written if w.table == table) for table in {w.table for w in written}},
+        digest=combined_digest(sorted(file_digests.items())),
+        files=files,
+        sizes=sizes,
+        file_digests=file_digests,
+        rows=rows,
         started_at=now_precise(),
         finished_at=now(),
     )
