@@ -12,12 +12,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from samples import write_stage
 from typer.testing import CliRunner
 
 from spade_core.cli import app
+from spade_core.hashing import short_hash
 from spade_core.report import load_run
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import query
+from spade_core.store.markers import StageRecord, write_marker
 from spade_core.store.schemas import SCHEMAS
 
 COLUMNS = ["run_id", "gen", *SCHEMAS["env_scores"].names]
@@ -44,10 +47,16 @@ def store(tmp_path: Path) -> Store:
     old = pa.Table.from_pylist([_row("e1", 0.25) | {"designer_reward": 0.9}], schema=OLD_SCHEMA)
     sink = io.BytesIO()
     pq.write_table(old, sink)
-    store.write_bytes(store.table_path("env_scores", "old", 1, "score"), sink.getvalue())
-    store.write_table(
-        "env_scores", pa.Table.from_pylist([_row("e2", 0.5)]).to_pandas(), run_id="old", gen=2, stage="score"
-    )
+    path = store.table_path("env_scores", "old", 1, "score")
+    store.write_bytes(path, sink.getvalue())
+    data = sink.getvalue()
+    write_marker(  # the marker its score stage wrote then: the file, its size, digest and row count
+        store,
+        StageRecord(stage="score", run_id="old", gen=1, artifact_hash="old", digest="old",
+                    files={"env_scores": [path]}, sizes={path: len(data)}, file_digests={path: short_hash(data)},
+                    rows={"env_scores": 1}),
+    )  # fmt: skip
+    write_stage(store, "old", 2, "score", {"env_scores": pa.Table.from_pylist([_row("e2", 0.5)]).to_pandas()})
     return store
 
 
