@@ -33,6 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from spade_core.config import ConfigError
 from spade_core.store.artifacts import Store
 from spade_core.store.fs import s3_filesystem
 from spade_core.store.reader import RunReader
@@ -85,8 +86,9 @@ EXPORT_SCHEMA = pa.schema(
 )
 
 
-class ExportError(ValueError):
-    """A run, a directory or a filter that cannot give an export; the message is one line naming it."""
+class ExportError(ConfigError):
+    """A run, a directory or a filter that cannot give an export, or a ``designer.fixed_pool: export:DIR`` that
+    names no export; the message is one line naming it (the CLI prints it as a config error)."""
 
 
 @dataclass(frozen=True)
