@@ -191,3 +191,41 @@ def test_a_fixed_pool_naming_no_export_is_one_line_before_anything_is_written(tm
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().count("\n") == 0 and "holds no SPADE export" in result.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_a_fixed_pool_of_the_export_plays_a_generation_without_error(tmp_path: Path, micro_model_dir: str) -> None:
+    """One generation of K = 1 step of another run on the export, with the production leases (the micro model
+    plays, the train stage runs): its pool is the export's environments and no play broke."""
+    from spade_core.pipeline.local import run_run
+    from spade_core.pipeline.status import generation_complete
+    from spade_core.store.catalog import query
+
+    _, out = _export(tmp_path)
+    overrides = [
+        f"store.root={tmp_path / 'baseline'}",
+        f"model.name_or_path={micro_model_dir}",
+        "model.backend=transformers",
+        f"designer.fixed_pool=export:{out}",
+        "rollout.plays_no_hint=2",
+        "rollout.plays_hint=0",
+        "rollout.max_tokens_per_turn=8",
+        "rollout.hint_max_words=12",
+        "training.steps_per_generation=1",
+        "training.gradient_checkpointing=false",
+        "memory.report_diversity=false",
+    ]
+    cfg = load_config("tiny", overrides=overrides)
+    store = Store(str(tmp_path / "baseline"))
+    run_run(cfg, store, "baseline", [1])
+    assert generation_complete(store, cfg, "baseline", 1)
+    pool = query(store, "select env_id, source from pool where run_id = 'baseline' order by env_id")
+    assert pool["env_id"].tolist() == sorted(read_export(str(out))["env_id"]) and set(pool["source"]) == {"fixed"}
+    plays = query(
+        store,
+        "select env_id, count(*) n, count(error_type) errors from episodes where run_id = 'baseline' group by all",
+    )
+    assert sorted(plays["env_id"]) == pool["env_id"].tolist()
+    assert plays["n"].tolist() == [cfg.rollout.plays_no_hint] * len(pool) and plays["errors"].sum() == 0, plays
