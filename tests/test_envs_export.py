@@ -229,3 +229,19 @@ def test_a_fixed_pool_of_the_export_plays_a_generation_without_error(tmp_path: P
     )
     assert sorted(plays["env_id"]) == pool["env_id"].tolist()
     assert plays["n"].tolist() == [cfg.rollout.plays_no_hint] * len(pool) and plays["errors"].sum() == 0, plays
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("export:", False), ("export: out", False), ("export:my exports/r 1", True), ("export:s3://b/x", True)],
+)
+def test_an_export_pool_names_a_directory(value: str, ok: bool) -> None:
+    import pydantic
+
+    from spade_core.config import DesignerConfig
+
+    if ok:
+        assert DesignerConfig(fixed_pool=value).fixed_pool == value
+    else:
+        with pytest.raises(pydantic.ValidationError, match="fixed_pool"):
+            DesignerConfig(fixed_pool=value)

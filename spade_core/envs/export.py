@@ -168,7 +168,12 @@ def build_export(store: Store, run_id: str, filters: ExportFilter | None = None)
     verdicts = _verdicts(reader, run_id)
     scores = reader.rows("env_scores", [run_id], columns=["env_id", "win_rate", "r_hint", "r_no_hint", "regret"])
     parents = _parents(designs)
-    records = [_record(row, designs, verdicts, scores, parents) for row in first.to_dict("records")]
+    # each design's latest attempt, and each environment's scores by generation, looked up once per row
+    latest = designs.sort_values("attempt", kind="stable").drop_duplicates("design_id", keep="last")
+    by_design = {str(d["design_id"]): d for d in latest.to_dict("records")}
+    scored = scores.sort_values("gen", kind="stable").drop_duplicates(["env_id", "gen"])
+    by_env = {str(env_id): part for env_id, part in scored.groupby("env_id", sort=False)}
+    records = [_record(row, by_design, verdicts, by_env, parents) for row in first.to_dict("records")]
     frame = pd.DataFrame(records, columns=EXPORT_SCHEMA.names)
     kept = frame[_kept(frame, filters)].reset_index(drop=True)
     if kept.empty:
@@ -239,16 +244,15 @@ def lineage_of(env_id: str, parents: dict[str, str]) -> list[str]:
 
 def _record(
     row: dict[str, Any],
-    designs: pd.DataFrame,
+    designs: dict[str, dict[str, Any]],
     verdicts: pd.DataFrame,
-    scores: pd.DataFrame,
+    scores: dict[str, pd.DataFrame],
     parents: dict[str, str],
 ) -> dict[str, Any]:
     design_id = row["design_id"] if isinstance(row["design_id"], str) else None
-    mine = designs[designs["design_id"] == design_id].sort_values("attempt") if design_id else designs.iloc[:0]
-    design = mine.iloc[-1] if not mine.empty else None
+    design = designs.get(design_id) if design_id is not None else None
     verdict = verdicts.loc[design_id] if design_id is not None and design_id in verdicts.index else None
-    played = scores[scores["env_id"] == row["env_id"]].sort_values("gen", kind="stable").drop_duplicates("gen")
+    played = scores.get(row["env_id"], pd.DataFrame(columns=["gen"]))
     history = [
         {"gen": int(s.gen), "win_rate": s.win_rate, "r_hint": s.r_hint, "r_no_hint": s.r_no_hint, "regret": s.regret}
         for s in played.itertuples()
