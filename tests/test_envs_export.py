@@ -245,3 +245,52 @@ def test_an_export_pool_names_a_directory(value: str, ok: bool) -> None:
     else:
         with pytest.raises(pydantic.ValidationError, match="fixed_pool"):
             DesignerConfig(fixed_pool=value)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_a_real_tiny_runs_export_loads_and_every_environment_passes_check_env(
+    tmp_path: Path, micro_model_dir: str
+) -> None:
+    """A generation the real pipeline ran (the micro model designs, its noise refused by the validator; the pool
+    holds the starters and the memory's replays) exports through the command, loads with ``datasets`` and every
+    exported environment passes ``check_env`` through ``gymnasium.make``."""
+    import datasets
+
+    from spade_core.pipeline.local import run_run
+
+    overrides = [
+        f"store.root={tmp_path / 'store'}",
+        f"model.name_or_path={micro_model_dir}",
+        "model.backend=transformers",
+        "designer.documents_per_generation=1",
+        "designer.group_size=1",
+        "designer.max_new_tokens=24",
+        "designer.skills_per_generation=1",
+        "designer.kind=game",
+        "corpus.max_words=40",
+        "rollout.replay_envs=2",
+        "rollout.starter_envs=2",
+        "rollout.plays_no_hint=2",
+        "rollout.plays_hint=2",
+        "rollout.max_turns=2",
+        "rollout.max_tokens_per_turn=8",
+        "rollout.hint_max_words=16",
+        "memory.report_diversity=false",
+        "training.enabled=false",
+        "training.steps_per_generation=1",
+    ]
+    store = Store(str(tmp_path / "store"))
+    run_run(load_config("tiny", overrides=overrides), store, "tiny", [1])
+    out = tmp_path / "export"
+    args = ["envs", "export", "tiny", "--to", str(out), "--store", store.base]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = datasets.load_dataset("parquet", data_files=str(out / DATA_FILE), cache_dir=str(tmp_path / "hf"))["train"]
+    pool = RunReader(store).rows("pool", ["tiny"]).sort_values("env_id")
+    assert sorted(rows["env_id"]) == pool["env_id"].tolist() and len(pool) >= 2
+    assert {"starter", "replay"} <= set(rows["source"])  # the micro model writes no valid design
+    assert all(s and s[0]["gen"] == 1 for s in rows["scores"])  # every pool environment was played and scored
+    for gym_id in register_export(str(out)):
+        assert check_registered_env(gym_id, max_turns=2) == [], gym_id
