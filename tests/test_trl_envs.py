@@ -80,6 +80,38 @@ def test_a_tool_use_environment_is_played_through_call_tool_and_answer(export_di
         assert episode.get_reward() == 1.0
 
 
+BROKEN = """
+class Broken:
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        if seed == 1:
+            raise ValueError("no episode at seed 1")
+        return "Say \\\\boxed{x}.", {}
+
+    def step(self, action):
+        raise RuntimeError("boom")
+
+    def solution(self):
+        return "\\\\boxed{x}"
+"""
+
+
+@pytest.mark.usefixtures("jail_processes_checked")
+def test_an_environment_that_breaks_in_the_jail_is_an_episode_with_return_0_not_a_crash() -> None:
+    episode = JailedGame(BROKEN)
+    try:
+        assert episode.reset(seed=1) == "The environment failed to start (exception); there is nothing to play."
+        assert episode.act("\\boxed{x}") == "The episode is over." and episode.get_reward() == 0.0
+        assert episode.reset(seed=2).startswith("Say ")
+        assert episode.act("\\boxed{x}") == "The environment failed (exception); the episode is over."
+        assert episode.get_reward() == 0.0
+        assert episode.reset(seed=2).startswith("Say ")  # a fresh jail
+    finally:
+        episode._close()
+
+
 def test_the_tools_have_the_schemas_trl_builds(export_dir: tuple[str, dict]) -> None:
     from transformers.utils import get_json_schema
 

@@ -16,8 +16,9 @@ How a SPADE environment maps onto the interface (the simplifications, and why):
   two classes because TRL exposes every public method of a class to the model;
 - the reward is the contract's episode return (clamp(last reward, -1, 1) if the episode terminated, else 0): TRL
   scores a rollout once, at its end, so the per-step rewards are not seen by it;
-- a call the environment breaks in the jail ends the episode with return 0 and says so to the model (the
-  pipeline would replay such a play and leave it out of training; TRL has no such notion);
+- a call the environment breaks in the jail ends the episode with return 0 and says so to the model, and a
+  reset it breaks twice gives an episode with nothing to play (the pipeline would replay such a play and leave
+  it out of training; TRL has no such notion, and a raised error would stop its training);
 - the jail opens at the first ``reset`` (TRL builds one probe instance per environment at start, and pools the
   instances afterwards), and :meth:`ExportEnvironments.close` closes every jail the factories opened.
 
@@ -58,13 +59,24 @@ class _JailedEpisode:
         self._over = True
 
     def reset(self, **row: Any) -> str:
-        """Start an episode from the row's ``seed`` (None: one the wrapper draws); returns the observation."""
-        if self._env is None:
-            self._env = JailedEnv(code=self._code, max_turns=self._max_turns, call_timeout_s=self._call_timeout_s)
+        """Start an episode from the row's ``seed`` (None: one the wrapper draws); returns the observation. A
+        reset the environment breaks is tried once more in a fresh jail; if that breaks too, the episode is
+        over before it starts (return 0) and the text says so."""
         seed = row.get("seed")
-        observation, _ = self._env.reset(seed=int(seed) if seed is not None else None)
-        self._reward, self._terminated, self._over = 0.0, False, False
-        return observation + self.note
+        self._reward, self._terminated, self._over = 0.0, False, True
+        failure = ""
+        for _ in range(2):
+            if self._env is None:
+                self._env = JailedEnv(code=self._code, max_turns=self._max_turns, call_timeout_s=self._call_timeout_s)
+            try:
+                observation, _ = self._env.reset(seed=int(seed) if seed is not None else None)
+            except JailedEnvError as exc:
+                self._close()
+                failure = exc.error_type
+                continue
+            self._over = False
+            return observation + self.note
+        return f"The environment failed to start ({failure}); there is nothing to play."
 
     def get_reward(self) -> float:
         """The episode's return: clamp(last reward, -1, 1) if it terminated, else 0."""
@@ -77,6 +89,7 @@ class _JailedEpisode:
             observation, reward, terminated, truncated, _ = self._env.step(action)
         except JailedEnvError as exc:
             self._reward, self._terminated, self._over = 0.0, False, True
+            self._close()  # the next reset starts a fresh jail
             return f"The environment failed ({exc.error_type}); the episode is over."
         self._reward, self._terminated = reward, terminated
         self._over = terminated or truncated
