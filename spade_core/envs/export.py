@@ -26,6 +26,7 @@ import math
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -311,8 +312,7 @@ def export_fs(directory: str, endpoint_url: str | None = None) -> tuple[fsspec.A
         return s3_filesystem(endpoint_url), text.rstrip("/")
     if "://" in text and not text.startswith("file://"):
         raise ExportError(f"export directory {text!r}: only local paths and s3:// URLs are supported")
-    fs = fsspec.filesystem("file")
-    return fs, fs._strip_protocol(text.removeprefix("file://"))
+    return fsspec.filesystem("file"), str(Path(text.removeprefix("file://")).expanduser().resolve())
 
 
 def write_export(
