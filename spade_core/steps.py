@@ -33,6 +33,15 @@ def global_step(cfg: Any, gen: int, step: int) -> int:
     return first_step(cfg, gen) + step
 
 
+def generation_of(k: int, step: int) -> int:
+    """The generation that global step ``step`` belongs to, K = ``k`` steps per generation: ``step // K + 1``.
+
+    >>> [generation_of(4, s) for s in (0, 3, 4, 399)]
+    [1, 1, 2, 100]
+    """
+    return step // k + 1
+
+
 def designer_delay(cfg: Any) -> int:
     """D: a generation's designs are trained D global steps after its first step (None in the config = K).
 
@@ -41,20 +50,6 @@ def designer_delay(cfg: Any) -> int:
     4
     """
     return int(cfg.designer.training_delay or cfg.training.steps_per_generation)
-
-
-def due_designs_generation(cfg: Any, step: int) -> int | None:
-    """The generation whose designs global step ``step`` trains (its first step + D), or None.
-
-    >>> from spade_core.config import load_config
-    >>> cfg = load_config("tiny")  # K = 2, D = K
-    >>> [due_designs_generation(cfg, s) for s in range(5)]
-    [None, None, 1, None, 2]
-    """
-    k, delay = int(cfg.training.steps_per_generation), designer_delay(cfg)
-    if step - delay < 0 or (step - delay) % k:
-        return None
-    return (step - delay) // k + 1
 
 
 def top_up_steps(cfg: Any) -> tuple[int, ...]:
@@ -84,7 +79,7 @@ def flush_step(cfg: Any) -> int | None:
     (399, 401)
     """
     total, k = cfg.training.total_steps, int(cfg.training.steps_per_generation)
-    return None if total is None else ((int(total) - 1) // k + 1) * k - 1
+    return None if total is None else generation_of(k, int(total) - 1) * k - 1
 
 
 def design_train_step(cfg: Any, gen: int, made_at: int = 0) -> int:
@@ -120,8 +115,8 @@ def due_generations(cfg: Any, step: int) -> list[int]:
     ([], [1], [1], [99, 100])
     """
     k, delay = int(cfg.training.steps_per_generation), designer_delay(cfg)
-    gens = [(step - delay) // k + 1] if step >= delay else []
+    gens = [generation_of(k, step - delay)] if step >= delay else []
     if step == flush_step(cfg):
         start = gens[-1] + 1 if gens else 1
-        gens += list(range(start, step // k + 2))
+        gens += list(range(start, generation_of(k, step) + 1))
     return gens

@@ -2,12 +2,12 @@
 users train (``tests/fixtures/chat_templates``, each reproducing its family's published template), each on a
 copy of the bundled tokenizer with the family's special tokens added.
 
-Every episode is assembled exactly as ``spade_core/play/rollout.py`` does: the prompt's ids; then per turn the
-sampled ids (the reply's tokens, plus the turn-end token when the model stopped by itself), and the delta
-``after_assistant`` renders. Checked: (a) each turn's ids start with what the engine was sent and returned,
-token for token; (b) the text holds every message once; (c) the text equals the template's rendering of the
-conversation, or, where the template renders history differently from what the model saw (Qwen3, Mistral),
-the rendering this module says it equals instead."""
+Every episode is assembled exactly as the rollout engine does (``spade_core/play/player.py`` and
+``recorder.py``): the prompt's ids; then per turn the sampled ids (the reply's tokens, plus the turn-end token
+when the model stopped by itself), and the delta ``after_assistant`` renders. Checked: (a) each turn's ids
+start with what the engine was sent and returned, token for token; (b) the text holds every message once;
+(c) the text equals the template's rendering of the conversation, or, where the template renders history
+differently from what the model saw (Qwen3, Mistral), the rendering this module says it equals instead."""
 
 from __future__ import annotations
 
@@ -202,7 +202,8 @@ class Played:
 
 
 def play(chat: ChatTokens, stop_id: int, opening: Messages, turns: list[Turn]) -> Played:
-    """The rollout's bookkeeping (``_open``, ``_record_reply``, ``_append_observations``) with scripted replies."""
+    """The rollout's bookkeeping (``Player._open``, ``Recorder.reply``, ``Recorder.observations``) with scripted
+    replies."""
     ids = chat.prompt(opening)
     messages = list(opening)
     played = Played([list(ids)], ids, messages, [list(messages)])

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+from samples import write_stage
 from typer.testing import CliRunner
 
 from spade_core.cli import app
@@ -43,14 +44,14 @@ def _fill(store: Store) -> None:
             if field.name not in frame.columns:
                 frame[field.name] = None
         for gen, part in frame.groupby("gen"):
-            store.write_table(table, part.drop(columns="gen"), run_id="r", gen=int(gen), stage="x")
+            write_stage(store, "r", int(gen), f"x-{table}", {table: part.drop(columns="gen")})
     rewards = pd.DataFrame(
         [
             {"design_id": "k1", "env_id": "e1", "raw": 0.8, "dropped": False, "centred": 0.05, "reward": 1.6},
             {"design_id": "k2", "env_id": "e2", "raw": -0.1, "dropped": True, "centred": None, "reward": None},
         ]
     ).assign(skill="optimization", window_win_rate=0.5, regret=0.25, scale=32.0, train_step=2)
-    store.write_table("designer_rewards", rewards, run_id="r", gen=1, stage="reward")
+    write_stage(store, "r", 1, "reward", {"designer_rewards": rewards})
 
 
 def test_envs_list_gives_the_trained_designer_reward(tmp_path: Path) -> None:

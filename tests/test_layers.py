@@ -9,6 +9,7 @@ the file, the line and the two layers.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -147,13 +148,12 @@ def test_function_local_imports_say_why() -> None:
     assert not silent, "function-local imports without a reason on their line:\n" + "\n".join(silent)
 
 
-def test_module_level_imports_have_no_cycle() -> None:
+def test_imports_have_no_cycle() -> None:
+    """No circle, function-local imports included: a circle a local import closes is a circle all the same."""
     graph: dict[str, set[str]] = {}
     for path in sources():
         here = module_name(path)
-        graph[here] = {_module_of(name) for _, name, inside, _ in imports(path) if first_party(name) and not inside} - {
-            here
-        }
+        graph[here] = {_module_of(name) for _, name, _, _ in imports(path) if first_party(name)} - {here}
     visiting: list[str] = []
     done: set[str] = set()
 
@@ -173,8 +173,45 @@ def test_module_level_imports_have_no_cycle() -> None:
         visit(module)
 
 
+# What reading the store's layout looks like: a listing or glob of its filesystem, a path built from its root.
+LAYOUT = re.compile(
+    r"\.fs\.(glob|ls|find|walk|listdir|exists|info|open|cat_file|cat|rm|put|get)\(|\.path\(|\.run_dir\("
+)
+
+
+def test_only_the_store_knows_its_layout() -> None:
+    """Nothing outside ``spade_core/store`` lists, globs or opens the store's files or builds a path from its
+    root: the store (writes, paths) and its run reader (runs, configs, markers, the files they list) own the
+    layout, so every reader sees what the pipeline sees."""
+    found = []
+    for path in sources():
+        if module_name(path).startswith("spade_core.store"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if LAYOUT.search(code) and not code.lstrip().startswith(('"', "'", ">>>")):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "the store's layout read outside spade_core/store:\n" + "\n".join(found)
+
+
 def _module_of(name: str) -> str:
     """The module a dotted import name loads (``pkg.mod.attr`` → ``pkg.mod``)."""
     while name and not _is_module(name):
         name = name.rpartition(".")[0]
     return name
+
+
+LONG = 400  # lines a reader can hold; a longer module says why on its first line
+REASON = "# Over 400 lines: "
+
+
+def test_modules_a_reader_can_hold() -> None:
+    """Every module of spade_core is at most 400 lines, or its first line gives the one reason it is not."""
+    long = []
+    for path in sources():
+        if not module_name(path).startswith("spade_core"):
+            continue
+        lines = path.read_text().splitlines()
+        if len(lines) > LONG and not (lines[0].startswith(REASON) and len(lines[0]) > len(REASON) + 10):
+            long.append(f"{path.relative_to(ROOT)}: {len(lines)} lines")
+    assert not long, f"modules over {LONG} lines without a reason on their first line:\n" + "\n".join(long)

@@ -44,3 +44,24 @@ def test_each_runner_owns_its_model_pool() -> None:
     one, two = ModelPool(), ModelPool()
     assert one is not two and one.loaded() == [] and one.release() == 0
     assert process_pool() is process_pool()
+
+
+def test_library_code_assigns_no_environment_variable() -> None:
+    """No ``os.environ[...] = ...``, ``del``/``pop`` of one or ``putenv`` in the library: another thread of the
+    threads task runner would see it. Entry points (the ``spade`` command, a subprocess's ``main``) set their
+    own process's defaults with ``setdefault`` before the library runs; a subprocess gets its variables in
+    its own environment (:func:`spade_core.devices.subprocess_env`)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assign = re.compile(r"os\.environ\[[^\]]+\]\s*=[^=]|del os\.environ\[|os\.environ\.(pop|update|clear)\(|putenv\(")
+    found = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for package in ("spade_core", "sandbox")
+        for path in sorted((root / package).rglob("*.py"))
+        if "cli" not in path.relative_to(root).parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if assign.search(line.split("#", 1)[0])
+    ]
+    assert not found, "environment variables set by library code:\n" + "\n".join(found)

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from spade_core.cli.report_cmd import report
 from spade_core.config import load_config
 from spade_core.report import load_run, write_report
-from spade_core.report.data import learning_curve_table, steps_per_generation
 from spade_core.report.plots import generation_boundaries
 from spade_core.report.summary import generation_summary, summary_markdown, top_environments
+from spade_core.report.tables import learning_curve_table, steps_per_generation
 from spade_core.report.timeline import overlap_fraction, saved_seconds_with_own_devices
 from spade_core.store.artifacts import Store
 from spade_core.store.catalog import connect

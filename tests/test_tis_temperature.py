@@ -17,11 +17,11 @@ from spade_core.train.data import AGENT, Batch, Sample
 from spade_core.train.grpo import (
     StoredRollouts,
     grpo_args,
-    logps_at_temperatures,
     sample_mean_scale,
     spade_trainer_class,
     stored_reward,
 )
+from spade_core.train.token_logps import logps_at_temperatures
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -11,7 +11,7 @@ import typer
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
 from spade_core.envs.seed_check import run_seed_check
-from spade_core.store.catalog import query
+from spade_core.store.reader import RunReader
 
 
 @clean_errors
@@ -36,8 +36,7 @@ def demo(
         f"(reference return {summary.reference_mean_return:.2f}, empty {summary.empty_mean_return:.2f}) "
         f"in {time.perf_counter() - t0:.1f}s"
     )
-    frame = query(
-        st,
+    frame = RunReader(st).query(
         "select condition, count(*) as episodes, avg(episode_return) as mean_return, "
         f"avg(turns) as mean_turns from episodes where run_id = '{run_id}' group by all order by 1",
     )

@@ -17,7 +17,7 @@ from spade_core.designer.skills import skills_for_generation
 from spade_core.envs.validate import validate_many
 from spade_core.llm import make_generator
 from spade_core.llm.base import GenerationRequest, SamplingParams
-from spade_core.store.catalog import query
+from spade_core.store.reader import RunReader
 
 
 @clean_errors
@@ -47,7 +47,7 @@ def design(
             raise FileNotFoundError(f"document file {str(text)!r} does not exist")
         document = text.read_text(errors="replace")
     else:
-        found = query(st, "select text from documents where doc_id = ? limit 1", [doc_id])
+        found = RunReader(st).query("select text from documents where doc_id = ? limit 1", [doc_id])
         if found.empty:
             raise FileNotFoundError(f"document {doc_id!r} is not in the store's documents table")
         document = str(found.text[0])

@@ -12,8 +12,7 @@ from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_
 from spade_core.envs.export import DATA_FILE, ExportFilter, build_export, write_export
 from spade_core.envs.export_card import dataset_card
 from spade_core.report.lineage import lineage
-from spade_core.store.artifacts import Store
-from spade_core.store.catalog import query
+from spade_core.store.reader import RunReader
 
 envs_app = typer.Typer(
     help="Browse the environments of a store (designs, validation, scores, hints), or export a run's.",
@@ -65,7 +64,7 @@ def list_envs(
         filters.append("and d.gen = ?")
         params.append(gen)
     sql = POOL_SQL.format(filters=" ".join(filters))
-    frame = query(open_store(cfg), sql, [*params, limit])
+    frame = RunReader(open_store(cfg)).query(sql, [*params, limit])
     if valid_only:
         frame = frame[frame["valid"].fillna(False).astype(bool)]
     if as_json:
@@ -86,9 +85,8 @@ def show_env(
     overrides: SetOpt = None,
 ) -> None:
     """Show one environment: its code, validation checks, scores, designer reward and hint."""
-    st = open_store(resolve(preset, config, overrides, store))
-    designs = query(
-        st,
+    reader = RunReader(open_store(resolve(preset, config, overrides, store)))  # one reading of the markers
+    designs = reader.query(
         "select run_id, gen, design_id, skill, kind, code from designs where env_id = ? order by gen limit 1",
         [env_id],
     )
@@ -96,30 +94,28 @@ def show_env(
         raise FileNotFoundError(f"environment {env_id!r} is not in the store's designs table")
     d = designs.iloc[0]
     typer.echo(f"env {env_id}  run={d.run_id} gen={d.gen} design={d.design_id} skill={d.skill} kind={d.kind}")
-    checks = query(st, "select ok, error_type, message, checks from validations where env_id = ? limit 1", [env_id])
+    checks = reader.query("select ok, error_type, message, checks from validations where env_id = ? limit 1", [env_id])
     if not checks.empty:
         c = checks.iloc[0]
         typer.echo(f"validation: {'ok' if c.ok else c.error_type}  {c.message or ''}")
         typer.echo("checks: " + json.dumps({k: bool(v) for k, v in dict(c.checks).items()}))
-    scores = query(
-        st,
+    scores = reader.query(
         "select win_rate, r_hint, r_no_hint, regret from env_scores where run_id = ? and gen = ? and env_id = ? "
         "limit 1",
         [str(d.run_id), int(d.gen), env_id],
     )
     if not scores.empty:
         typer.echo("scores: " + ", ".join(f"{k}={v:.3f}" for k, v in scores.iloc[0].items()))
-    typer.echo(_designer_reward(st, d))
-    hints = query(st, "select hint, leaks_solution from hints where env_id = ? limit 1", [env_id])
+    typer.echo(_designer_reward(reader, d))
+    hints = reader.query("select hint, leaks_solution from hints where env_id = ? limit 1", [env_id])
     if not hints.empty:
         typer.echo(f"hint{' (LEAKS SOLUTION)' if hints.leaks_solution[0] else ''}: {hints.hint[0]}")
     typer.echo("\n" + str(d.code))
 
 
-def _designer_reward(st: Store, design: Any) -> str:
+def _designer_reward(reader: RunReader, design: Any) -> str:
     """The line saying what the design's designer was rewarded: the reward stage's row of the design."""
-    rewards = query(
-        st,
+    rewards = reader.query(
         "select raw, dropped, reward, train_step from designer_rewards "
         "where run_id = ? and gen = ? and design_id = ? limit 1",
         [str(design.run_id), int(design.gen), str(design.design_id)],

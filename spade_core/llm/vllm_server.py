@@ -1,3 +1,4 @@
+# Over 400 lines: one supervised server process; start, probe, restart and reload share its state.
 """The ``vllm`` backend: a supervised vLLM OpenAI server on the current checkpoint, token in and token out.
 
 The engine lives in an environment of its own (vLLM pins its own torch and transformers): ``make vllm-env``

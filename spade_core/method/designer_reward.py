@@ -59,7 +59,7 @@ import pandas as pd
 
 from spade_core.config import DesignerRewardVariant, ScoringConfig
 from spade_core.method.learning_potential import LearningPotentialState, learning_potential_update
-from spade_core.method.scoring import CONDITIONS, DESIGNER_REWARDS, ScoringError, env_broken
+from spade_core.method.scoring import CONDITIONS, DESIGNER_REWARDS, SCORED_COLUMNS, ScoringError, env_broken
 
 Variant = DesignerRewardVariant
 VARIANTS: tuple[str, ...] = get_args(Variant)
@@ -72,7 +72,7 @@ DEFAULT_SCALE_CAP = 50.0  # --spade-max-env-reward-scale
 INPUT_COLUMNS = ("env_id", "skill", "win_rate")  # plus r_hint, r_no_hint_first for blend / regret; n_no_hint
 OUTPUT_COLUMNS = ("regret", "raw", "dropped", "centred", "reward")
 WINDOW_COLUMNS = ("env_id", "win_rate", "n_no_hint", "r_no_hint_first", "r_hint", "n_hint", "n_broken")
-PLAY_COLUMNS = ("env_id", "condition", "episode_return", "error_type", "policy_step")  # what window_inputs reads
+PLAY_COLUMNS = (*SCORED_COLUMNS, "policy_step")  # what window_inputs reads
 
 
 def _check_variant(variant: str) -> None:

@@ -59,6 +59,7 @@ from spade_core.config import ScoringConfig
 from spade_core.store.schemas import SCHEMAS
 
 CONDITIONS = ("no_hint", "hint")
+SCORED_COLUMNS = ("env_id", "condition", "episode_return", "error_type")  # what scoring reads of a play
 ENV_SCORE_COLUMNS: tuple[str, ...] = tuple(SCHEMAS["env_scores"].names)
 _FLOAT_COLUMNS = ("win_rate", "r_hint", "r_no_hint", "regret")
 
@@ -190,7 +191,7 @@ def broken_env_ids(episodes: pd.DataFrame) -> list[str]:
 
 def _returns_by_env(episodes: pd.DataFrame) -> dict[tuple[str, str], list[float]]:
     """(env_id, condition) -> the returns of its plays, without the plays the environment broke."""
-    missing = [c for c in ("env_id", "condition", "episode_return", "error_type") if c not in episodes.columns]
+    missing = [c for c in SCORED_COLUMNS if c not in episodes.columns]
     if missing:
         raise ScoringError(f"episodes frame lacks column(s) {missing}")
     bad = sorted(set(episodes["condition"]) - set(CONDITIONS))

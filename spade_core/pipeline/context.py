@@ -26,6 +26,8 @@ import pandas as pd
 from spade_core.config import SpadeConfig
 from spade_core.designer.batch import DesignRun
 from spade_core.designer.memory import Memory
+from spade_core.method.scoring import SCORED_COLUMNS
+from spade_core.play.hints import leaked_env_ids
 from spade_core.play.plays import PlayRun
 from spade_core.stage_names import instance_name
 from spade_core.steps import first_step, top_up_steps
@@ -144,8 +146,11 @@ class GenerationContext:
             self._declared(written.table, "write")
         self.written.extend(files)
 
-    def read(self, table: str, stages: Sequence[str], columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """This generation's rows of ``table`` written by ``stages`` (all their shards), optionally some columns.
+    def read(
+        self, table: str, stages: Sequence[str], columns: Sequence[str] | None = None, *, keys: bool = True
+    ) -> pd.DataFrame:
+        """This generation's rows of ``table`` written by ``stages`` (all their shards), optionally some columns
+        (``keys=False``: without the partition columns ``run_id`` and ``gen``).
 
         The files are those the stages' markers list (the input records this execution was given, else the
         markers in the store); a stage without a marker, or a listed file that is gone, is a
@@ -154,7 +159,7 @@ class GenerationContext:
         self._declared(table, "read")
         files = [path for stage in stages for path in self._listed(table, stage)]
         try:
-            return self.store.read_files(table, files, columns=columns)
+            return self.store.read_files(table, files, columns=columns, keys=keys)
         except FileNotFoundError as exc:
             raise StoreError(
                 f"run {self.run_id} gen {self.gen}: {exc.filename or exc} is listed by a stage marker but is "
@@ -177,14 +182,27 @@ class GenerationContext:
         files = [path for path in self._listed(table, stage) if PurePosixPath(path).name == name]
         if not files:
             raise StoreError(f"run {self.run_id} gen {self.gen}: stage {stage!r}'s marker lists no {table} file {name}")
-        return self.store.read_files(table, files).drop(columns=["run_id", "gen"])
+        return self.store.read_files(table, files, keys=False)
 
     def pool(self) -> pd.DataFrame:
         """The environments this generation plays, as the pool stage wrote them (read once)."""
         self._declared("pool", "read")
         if "pool" not in self._memo:
-            self._memo["pool"] = self.read("pool", ["pool"]).drop(columns=["run_id", "gen"])
+            self._memo["pool"] = self.read("pool", ["pool"], keys=False)
         return self._memo["pool"]
+
+    def first_plays(self) -> pd.DataFrame:
+        """The plays of the generation's first step (hinted and no-hint), with the columns scoring reads: what
+        the score and memory stages judge an environment by."""
+        columns = list(SCORED_COLUMNS)
+        return self.read("episodes", [instance_name("rollout", 0)], columns, keys=False)[columns]
+
+    def leaked_envs(self) -> frozenset[str]:
+        """The environments whose stored hint still leaks the solution: they get no regret term (none without
+        ``scoring.zero_leaked_regret``; :func:`spade_core.play.hints.leaked_env_ids`)."""
+        if not self.cfg.scoring.zero_leaked_regret:
+            return frozenset()
+        return frozenset(leaked_env_ids(self.read("hints", ["hint"], ["env_id", "leaks_solution"])))
 
     def previous_memory(self) -> Memory:
         """The memory snapshot of generation ``gen - 1`` (the seeded memory before the first), read once."""
@@ -198,14 +216,14 @@ class GenerationContext:
         the first generation, or when that stage has no marker there)."""
         self._declared(table, "read")
         files = listed_files(self.store, self.run_id, self.gen - 1, stage, table) if self.gen > 1 else None
-        return self.store.read_files(table, files or [])
+        return self.store.read_files(table, files or [], keys=False)
 
-    def final_designs(self, *, novelty: bool = True) -> pd.DataFrame:
-        """This generation's designs with their final verdicts (:func:`spade_core.store.verdicts.final_designs`)."""
-
+    def final_designs(self, *, novelty: bool = True, steps: Sequence[str] = ()) -> pd.DataFrame:
+        """This generation's designs with their final verdicts (:func:`spade_core.store.verdicts.final_designs`;
+        ``steps``: the per-step top-ups whose designs count too)."""
         for table in ("designs", "validations", *(("novelty",) if novelty else ())):
             self._declared(table, "read")
-        return final_designs(self.store, self.run_id, self.gen, novelty=novelty)
+        return final_designs(self.store, self.run_id, self.gen, novelty=novelty, steps=steps)
 
     def design_run(self) -> DesignRun:
         """What this execution's design rows depend on (:mod:`spade_core.designer.batch`); the previous memory is
@@ -223,5 +241,5 @@ class GenerationContext:
         stages = [instance_name("refill", k) for k in top_up_steps(self.cfg) if k <= at]
         if not stages:
             return self.pool()
-        added = self.read("pool", stages).drop(columns=["run_id", "gen"])
+        added = self.read("pool", stages, keys=False)
         return pd.concat([self.pool(), added], ignore_index=True) if not added.empty else self.pool()

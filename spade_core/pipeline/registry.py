@@ -43,7 +43,7 @@ from spade_core.pipeline.stages import (
     validate,
 )
 from spade_core.stage_names import STEP_STAGES, instance_name
-from spade_core.steps import flush_step, top_up_steps
+from spade_core.steps import flush_step, generation_of, top_up_steps
 from spade_core.store.schemas import SCHEMAS
 from spade_core.store.verdicts import DESIGN_STAGES, VALIDATION_STAGES
 
@@ -296,7 +296,7 @@ def flushes(cfg: SpadeConfig, gen: int) -> bool:
     the designs due after it, this generation's among them (:func:`~spade_core.steps.design_train_step`)."""
     flush = flush_step(cfg)
     k = cfg.training.steps_per_generation
-    return flush is not None and flush // k + 1 == gen and designing(cfg, gen) and cfg.designer.train
+    return flush is not None and generation_of(k, flush) == gen and designing(cfg, gen) and cfg.designer.train
 
 
 def _without(stage: Stage, absent: set[str]) -> Stage:

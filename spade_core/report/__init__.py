@@ -37,7 +37,7 @@ def default_out_dir(store: Store, run_id: str) -> Path:
     """Where the report goes without ``--out``: inside a local store, or the working directory for S3."""
     if store.is_s3:
         return Path(f"spade-report-{run_id}")
-    return Path(store.path("reports", run_id))
+    return Path(store.report_dir(run_id))
 
 
 def figures(data: RunData) -> dict[str, bytes | None]:

@@ -1,3 +1,4 @@
+# Over 400 lines: one builder per section of the page, sharing the escaping and table helpers.
 """The report page: one self-contained HTML file (inline CSS, figures as base64 data URIs, no script).
 
 Everything that comes from the store (run ids, env ids, skills, suites, code, the stored config) passes
@@ -16,8 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from spade_core.report.data import RunData, eval_comparison, fixed_pool_of, learning_curve_table
+from spade_core.report.data import RunData, fixed_pool_of
 from spade_core.report.summary import raw_label, variant_of
+from spade_core.report.tables import eval_comparison, learning_curve_table
 from spade_core.report.timeline import (
     chain_seconds,
     overlap_fraction,

@@ -1,3 +1,4 @@
+# Over 400 lines: one small function per figure, sharing the canvas and colour helpers.
 """The report's figures as PNG bytes (matplotlib's Agg canvas; no pyplot, no global backend state).
 
 Each function takes a frame from :mod:`spade_core.report.data` and returns PNG bytes, or None when the
@@ -21,7 +22,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from spade_core.report.data import ordered_sources
+from spade_core.report.tables import ordered_sources
+from spade_core.steps import generation_of
 
 _RC: dict[Any, Any] = {
     "text.parse_math": False,
@@ -118,7 +120,7 @@ def designer_reward(
     raw_name: str = "raw",
 ) -> bytes | None:
     """The designer's reward per generation, of the run and of a baseline run (``designer_rewards``, as
-    :func:`~spade_core.report.data.designer_reward_table` frames).
+    :func:`~spade_core.report.tables.designer_reward_table` frames).
 
     Left, the designer's curve: the mean raw value with a ± one-standard-error bar (std / √designs; the run's
     range, min to max, as a light band), the baseline run's beside it. Right, the trained reward (the advantage: centred
@@ -177,7 +179,7 @@ def generation_boundaries(steps: list[int], k: int | None) -> list[int]:
     if not steps or not k:
         return []
     first, last = min(steps), max(steps)
-    return list(range((first // k + 1) * k, last + 1, k))
+    return list(range(generation_of(k, first) * k, last + 1, k))
 
 
 def learning_curve(frame: pd.DataFrame, steps_per_generation: int | None = None) -> bytes | None:
@@ -239,7 +241,7 @@ def learning_curve(frame: pd.DataFrame, steps_per_generation: int | None = None)
             for boundary in boundaries:
                 ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
             for start in [min(steps), *boundaries]:
-                gen = gen_at.get(start, start // k + 1 if k else None)
+                gen = gen_at.get(start, generation_of(k, start) if k else None)
                 if gen is not None:
                     ax.annotate(
                         f"gen {gen}",

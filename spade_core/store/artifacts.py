@@ -1,3 +1,4 @@
+# Over 400 lines: one class, Store: every file operation of the store behind one I/O count.
 """The artifact store: Parquet tables in a hive layout on a local dir or S3 (docs/DESIGN.md §4).
 
 Layout under the root::
@@ -193,6 +194,14 @@ class Store:
 
     def run_dir(self, run_id: str) -> str:
         return self.path("runs", _check_name("run id", run_id))
+
+    def report_dir(self, run_id: str) -> str:
+        """Where ``spade report`` writes a run's report inside the store (``reports/{run_id}``)."""
+        return self.path("reports", _check_name("run id", run_id))
+
+    def tensorboard_dir(self, run_id: str, step: int) -> str:
+        """Where the TensorBoard event files of global step ``step``'s update go (``runs/{run_id}/tensorboard``)."""
+        return f"{self.run_dir(run_id)}/tensorboard/step={_check_gen(step)}"
 
     def config_path(self, run_id: str) -> str:
         """Where the run's resolved config is stored (``runs/{run_id}/config.yaml``)."""
@@ -435,9 +444,12 @@ class Store:
         """
         return self.read_files(table, self.table_files(table, run_id, gen, stages=stages), columns=columns)
 
-    def read_files(self, table: str, files: Iterable[str], *, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    def read_files(
+        self, table: str, files: Iterable[str], *, columns: Iterable[str] | None = None, keys: bool = True
+    ) -> pd.DataFrame:
         """Read the given Parquet files of ``table`` (paths under ``tables/{table}/run=.../gen=...``) with their
-        ``run_id`` and ``gen`` columns added from the partition path; see :meth:`read_table`.
+        ``run_id`` and ``gen`` columns added from the partition path (``keys=False``: the table's columns
+        alone); see :meth:`read_table`.
 
         Raises:
             StoreError: an unknown table or column.
@@ -452,13 +464,15 @@ class Store:
             with self.fs.open(f, "rb") as fh:
                 arrow = pq.read_table(fh, schema=SCHEMAS[table], columns=selected)
             frame = arrow.to_pandas(maps_as_pydicts="strict")
-            frame.insert(0, "gen", int(parts["gen"]))
-            frame.insert(0, "run_id", parts["run"])
+            if keys:
+                frame.insert(0, "gen", int(parts["gen"]))
+                frame.insert(0, "run_id", parts["run"])
             frames.append(frame)
         if not frames:
             empty = schema.empty_table().to_pandas()
-            empty.insert(0, "gen", pd.Series(dtype="int64"))
-            empty.insert(0, "run_id", pd.Series(dtype="object"))
+            if keys:
+                empty.insert(0, "gen", pd.Series(dtype="int64"))
+                empty.insert(0, "run_id", pd.Series(dtype="object"))
             return empty
         return pd.concat(frames, ignore_index=True)
 

@@ -16,9 +16,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 Key = tuple[str, int, str]  # (path, size, stamp) of a fresh listing
+T = TypeVar("T")
 
 
 @dataclass
@@ -41,29 +42,24 @@ class Digests:
 
     def digest(self, path: str, found: tuple[int, str], read: Callable[[], str]) -> str:
         """The digest of a file's bytes (``read`` computes it), given its (size, stamp) from a fresh listing."""
-        key = (path, *found)
-        with self.lock:
-            known = self.digests.get(key) if found[1] else None
-        if known is None:
-            known = read()
-            self._keep(self.digests, key, known)
-        return known
+        return self._once(self.digests, (path, *found), read)
 
     def row_count(self, path: str, found: tuple[int, str], read: Callable[[], int]) -> int:
         """The rows of a Parquet file (``read`` counts them), given its (size, stamp) from a fresh listing."""
-        key = (path, *found)
-        with self.lock:
-            known = self.rows.get(key) if found[1] else None
-        if known is None:
-            known = read()
-            self._keep(self.rows, key, known)
-        return known
+        return self._once(self.rows, (path, *found), read)
 
-    def _keep(self, table: dict[Key, Any], key: Key, value: object) -> None:
+    def _once(self, table: dict[Key, T], key: Key, read: Callable[[], T]) -> T:
+        """``table[key]``, read first unless known; kept only when the listing had a stamp."""
+        with self.lock:
+            known = table.get(key) if key[2] else None
+        if known is not None:
+            return known
+        value = read()
         if key[2]:
             with self.lock:
                 table[key] = value
                 self.changed = True
+        return value
 
     def load(self, file: Path) -> Digests:
         """Add the entries kept in ``file`` (a missing or unreadable file adds none); returns self."""

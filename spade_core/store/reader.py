@@ -1,6 +1,6 @@
 """A store's runs as the pipeline wrote them: the one reader of the store's layout (docs/DESIGN.md §4, §10).
 
-Everything that reads a store — the report, lineage, ``spade verify``, a run's stored config, the RLVE
+Everything that reads a store outside the pipeline — the report, lineage, a run's stored config, the RLVE
 controller, ``spade envs`` and ``spade sql`` — asks a :class:`RunReader`; nothing outside
 :mod:`spade_core.store` globs the store or builds a path in it. The layout it owns::
 

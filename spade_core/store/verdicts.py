@@ -24,14 +24,19 @@ DESIGN_STAGES = ("design", "validate", "topup")
 # The stages whose markers list ``validations`` files.
 VALIDATION_STAGES = ("validate", "topup")
 VERDICT_COLUMNS = ["design_id", "attempt", "ok", "error_type", "message"]
+# The ``check`` of a ``novelty`` row that refuses a copy of the design's own parent: its lines (``designer.mode``
+# mutate) or its parameters (``parameters``); a row without one is the embedding check against the memory.
+PARENT_CHECK, PARAMETERS_CHECK = "parent", "parameters"
+PARENT_CHECKS = (PARENT_CHECK, PARAMETERS_CHECK)
 
 
 def _read(
     store: Store, run_id: str, gen: int, table: str, stages: tuple[str, ...], columns: list[str] | None = None
 ) -> pd.DataFrame:
-    """The rows of ``table`` that the markers of ``stages`` list (a stage without a marker lists none)."""
+    """The rows of ``table`` that the markers of ``stages`` list (a stage without a marker lists none), without
+    the partition columns."""
     files = [f for stage in stages for f in (listed_files(store, run_id, gen, stage, table) or [])]
-    return store.read_files(table, files, columns=columns)
+    return store.read_files(table, files, columns=columns, keys=False)
 
 
 def final_verdicts(
@@ -53,7 +58,7 @@ def final_designs(
 ) -> pd.DataFrame:
     """One row per design_id: its latest attempt's ``designs`` columns plus ``ok``, ``error_type`` and
     ``message`` of :func:`final_verdicts`, sorted by design_id (``steps``: as there)."""
-    designs = _read(store, run_id, gen, "designs", (*DESIGN_STAGES, *steps)).drop(columns=["run_id", "gen"])
+    designs = _read(store, run_id, gen, "designs", (*DESIGN_STAGES, *steps))
     verdicts = final_verdicts(store, run_id, gen, novelty=novelty, steps=steps)
     if designs.empty:
         return designs.assign(ok=pd.Series(dtype=bool), error_type=None, message=None)
@@ -90,8 +95,8 @@ def resolve(validations: pd.DataFrame, novelty: pd.DataFrame | None) -> pd.DataF
 
 def _reason(row: Any) -> str:
     """Why a ``novelty`` row refused its design (a row without ``check`` is an embedding verdict)."""
-    if getattr(row, "check", None) == "parent":
+    if getattr(row, "check", None) == PARENT_CHECK:
         return f"a copy of its parent: {row.similarity:.3f} of its lines match > {row.threshold}"
-    if getattr(row, "check", None) == "parameters":
+    if getattr(row, "check", None) == PARAMETERS_CHECK:
         return f"a copy of its parent: {row.similarity:.3f} of its parameters unchanged > {row.threshold}"
     return f"cosine similarity {row.similarity:.3f} to a known environment > {row.threshold}"

@@ -1,3 +1,4 @@
+# Over 400 lines: one step's batch end to end: both roles' samples, their advantages, the fill.
 """The batch of one optimizer step, built from the store (docs/DESIGN.md §7.2).
 
 Two roles share one update:

@@ -1,3 +1,4 @@
+# Over 400 lines: the trainer subprocess's one job in order, from the batch read to the checkpoint.
 """One optimizer step of both roles with TRL's ``GRPOTrainer`` (docs/DESIGN.md §7).
 
 Run as ``accelerate launch -m spade_core.train.step --run-id R --gen G --step K --config FILE`` (the pipeline
@@ -33,7 +34,7 @@ import pandas as pd
 from spade_core.config import SpadeConfig, load_config
 from spade_core.llm.hf import load_tokenizer, pick_device
 from spade_core.stage_names import instance_name
-from spade_core.steps import due_generations, first_step, top_up_steps
+from spade_core.steps import due_generations, first_step, generation_of, top_up_steps
 from spade_core.store.artifacts import Store
 from spade_core.store.checkpoints import (
     model_for_step,
@@ -108,7 +109,7 @@ def makes_designs(cfg: SpadeConfig, store: Store, run_id: str, global_step: int)
     under ``if delay > 0 and env_samples`` (``spade_rollout.py:548-563``): at a step with no new designs of its
     own, nothing delayed is trained."""
     k = int(cfg.training.steps_per_generation)
-    gen, step = global_step // k + 1, global_step % k
+    gen, step = generation_of(k, global_step), global_step % k
     if step and step not in top_up_steps(cfg):
         return False
     stage = instance_name("refill", step) if step else "pool"
@@ -398,7 +399,7 @@ def _run_trainer(
             runs = Path(tmp) / "runs"
             if runs.is_dir():  # TensorBoard event files written by TRL's logging
                 names = [p.relative_to(runs).as_posix() for p in sorted(runs.rglob("*")) if p.is_file()]
-                store.upload_files(runs, f"{store.run_dir(run_id)}/tensorboard/step={s}", names)
+                store.upload_files(runs, store.tensorboard_dir(run_id, s), names)
             # The tables written here go into the checkpoint's marker, so the train stage lists them in its own.
             done = {**meta, "kind": summary.kind, "summary": summary.to_dict(), "written": [asdict(w) for w in written]}
             write_checkpoint(store, out, run_id, s + 1, done)

@@ -12,7 +12,7 @@ What TRL forces, and what each override does about it, top to bottom:
    loss). With a KL term it also takes the reference model's log-probs here.
 2. **The TIS weights** (``_tis_weights``): ``clamp(exp(logp_train - logp_behaviour), low, high)``
    (:func:`spade_core.method.advantages.tis_weight`) with the behaviour side at
-   ``training.behaviour_logprob_temperature`` (:func:`~spade_core.train.grpo.behaviour_at_temperature`);
+   ``training.behaviour_logprob_temperature`` (:func:`~spade_core.train.token_logps.behaviour_at_temperature`);
    a token without a behaviour log-prob keeps weight 1. Their spread over the trained tokens is logged.
 3. **The loss** (``compute_loss``, ``_compute_loss``). TRL's ``grpo`` loss averages over the rows it was
    handed, padding rows included: the loss is scaled to a mean over the step's samples
@@ -33,7 +33,7 @@ import torch
 from trl import GRPOTrainer
 
 from spade_core.method.advantages import tis_weight
-from spade_core.train.grpo import behaviour_at_temperature, logps_at_temperatures, low_var_kl, weight_spread
+from spade_core.train.token_logps import behaviour_at_temperature, logps_at_temperatures, low_var_kl, weight_spread
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class SpadeGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
 
     def _tempered_log_ratio(self, out: dict[str, Any], behaviour: Any) -> tuple[Any, Any]:
         """log(p_train / p_behaviour) per token with the behaviour side at ``behaviour_t`` and the trainer's
-        at its own temperature (:func:`~spade_core.train.grpo.behaviour_at_temperature`)."""
+        at its own temperature (:func:`~spade_core.train.token_logps.behaviour_at_temperature`)."""
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
         attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
         temperatures = sorted({1.0, float(self.behaviour_t), float(self.temperature)})

@@ -31,7 +31,7 @@ def design(
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
-    documents = ctx.read("documents", ["documents"]).drop(columns=["run_id", "gen"])
+    documents = ctx.read("documents", ["documents"], keys=False)
     memory = ctx.previous_memory()
     clock = start_clock(ctx.cfg.designer.batch_deadline_s, model)
     designs = design(ctx, documents, model, memory, clock)

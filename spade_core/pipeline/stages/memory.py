@@ -9,15 +9,13 @@ from typing import Any
 from spade_core.designer.memory import win_fractions
 from spade_core.llm.base import Generator
 from spade_core.pipeline.context import GenerationContext
-from spade_core.stage_names import instance_name
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     memory = ctx.previous_memory()
-    scores = ctx.read("env_scores", ["score"]).drop(columns=["run_id", "gen"])
+    scores = ctx.read("env_scores", ["score"], keys=False)
     pool = ctx.pool()
-    columns = ["env_id", "condition", "episode_return", "error_type"]
-    episodes = ctx.read("episodes", [instance_name("rollout", 0)], columns)[columns]
+    episodes = ctx.first_plays()
     # The memory's win rate is the fraction of the first step's no-hint plays with return > 0 (the authors').
     memory.add_scored(scores, pool[pool["source"] != "starter"], ctx.gen, wins=win_fractions(episodes))
     frame = ctx.write("memory", memory.to_frame())

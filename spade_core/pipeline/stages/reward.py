@@ -12,7 +12,6 @@ apply to are there), and the stage writes them to ``designer_rewards`` with the 
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from functools import partial
 from typing import Any
 
@@ -20,13 +19,10 @@ from spade_core.llm.base import Generator
 from spade_core.method.designer_reward import PLAY_COLUMNS
 from spade_core.method.window_rewards import state_before, window_rewards
 from spade_core.pipeline.context import GenerationContext
-from spade_core.play.hints import leaked_env_ids
 from spade_core.play.plays import no_hint_plays
 from spade_core.stage_names import instance_name
 from spade_core.steps import top_up_steps
-from spade_core.store.verdicts import final_designs
-
-PARENT_CHECKS = ("parent", "parameters")  # the novelty checks that refuse a copy of the design's own parent
+from spade_core.store.verdicts import PARENT_CHECKS
 
 
 def made_later(ctx: GenerationContext) -> dict[str, int]:
@@ -36,13 +32,6 @@ def made_later(ctx: GenerationContext) -> dict[str, int]:
         frame = ctx.read("designs", [instance_name("refill", step)], ["design_id"])
         made.update({str(d): step for d in frame["design_id"]})
     return made
-
-
-def leaked(ctx: GenerationContext) -> Collection[str]:
-    """The environments whose stored hint still leaks the solution (none without ``scoring.zero_leaked_regret``)."""
-    if not ctx.cfg.scoring.zero_leaked_regret:
-        return frozenset()
-    return leaked_env_ids(ctx.read("hints", ["hint"], ["env_id", "leaks_solution"]))
 
 
 def parent_copy_ids(ctx: GenerationContext) -> set[str]:
@@ -64,16 +53,16 @@ def agent_plays(ctx: GenerationContext) -> int:
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     cfg = ctx.cfg
     refills = [instance_name("refill", s) for s in top_up_steps(cfg)]
-    designs = final_designs(ctx.store, ctx.run_id, ctx.gen, steps=refills)
+    designs = ctx.final_designs(steps=refills)
     steps = [instance_name("rollout", s) for s in range(cfg.training.steps_per_generation)]
     episodes = ctx.read("episodes", steps, list(PLAY_COLUMNS))
     previous = ctx.read_previous("designer_lp_state", ctx.stage)  # this stage's own file of generation gen - 1
-    state = state_before(previous.drop(columns=["run_id", "gen"], errors="ignore"), cfg.scoring)
+    state = state_before(previous, cfg.scoring)
     rows, new_state, info = window_rewards(
         designs,
         made_later(ctx),
         episodes,
-        partial(leaked, ctx),
+        ctx.leaked_envs,
         partial(agent_plays, ctx),
         cfg,
         ctx.gen,

@@ -16,10 +16,6 @@ import pandas as pd
 from spade_core.llm.base import Generator
 from spade_core.method.scoring import broken_env_ids, score_environments, scored_envs
 from spade_core.pipeline.context import GenerationContext
-from spade_core.play.hints import leaked_env_ids
-from spade_core.stage_names import instance_name
-
-EPISODE_COLUMNS = ["env_id", "condition", "episode_return", "error_type"]
 
 
 def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
@@ -28,11 +24,9 @@ def run(ctx: GenerationContext, model: Generator) -> dict[str, Any]:
     else:
         designs = ctx.final_designs()
     # The pool's first plays (step 0: the hinted plays and the first no-hint plays) give win rate and regret.
-    episodes = ctx.read("episodes", [instance_name("rollout", 0)], EPISODE_COLUMNS)[EPISODE_COLUMNS]
-    hints = ctx.read("hints", ["hint"], ["env_id", "leaks_solution"])
+    episodes = ctx.first_plays()
     envs = scored_envs(designs, ctx.pool())
-    leaked = leaked_env_ids(hints) if ctx.cfg.scoring.zero_leaked_regret else frozenset()
-    scores = score_environments(episodes, envs, ctx.cfg.scoring, leaked=leaked)
+    scores = score_environments(episodes, envs, ctx.cfg.scoring, leaked=ctx.leaked_envs())
     ctx.write("env_scores", scores)
     # A valid environment whose no-hint plays all broke has no win rate: no row, listed here.
     return {"rows": len(scores), "broken_envs": broken_env_ids(episodes)}
