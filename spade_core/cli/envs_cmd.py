@@ -1,18 +1,22 @@
-"""``spade envs list|show|lineage``: browse the environment pool of a store."""
+"""``spade envs list|show|lineage|export``: browse the environment pool of a store, or export a run's."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated, Any
 
 import typer
 
 from spade_core.cli.common import ConfigOpt, PresetOpt, SetOpt, StoreOpt, clean_errors, open_store, resolve
+from spade_core.envs.export import DATA_FILE, ExportFilter, build_export, write_export
+from spade_core.envs.export_card import dataset_card
 from spade_core.report.lineage import lineage
 from spade_core.store.reader import RunReader
 
 envs_app = typer.Typer(
-    help="Browse the environments of a store (designs, validation, scores, hints).", no_args_is_help=True
+    help="Browse the environments of a store (designs, validation, scores, hints), or export a run's.",
+    no_args_is_help=True,
 )
 
 # The designer reward is the reward stage's (designer_rewards, over the generation's whole window): raw, the
@@ -161,3 +165,49 @@ def show_lineage(
         )
         label = "env" if row.depth == 0 else "parent"
         typer.echo(f"{'  ' * row.depth}{label} {row.env_id}  {where}  skill {row.skill}  {scored}")
+
+
+@envs_app.command("export")
+@clean_errors
+def export_envs(
+    run_id: Annotated[str, typer.Argument(help="The run whose environments to export.", metavar="RUN")],
+    to: Annotated[str, typer.Option("--to", help="The export directory: a local path or s3://bucket/prefix.")],
+    gen: Annotated[int | None, typer.Option("--gen", help="Only the environments of this generation's pool.")] = None,
+    skills: Annotated[
+        list[str] | None, typer.Option("--skill", help="Only environments of this skill; repeatable.")
+    ] = None,
+    min_win_rate: Annotated[float | None, typer.Option("--min-win-rate", help="Latest win rate at least this.")] = None,
+    max_win_rate: Annotated[float | None, typer.Option("--max-win-rate", help="Latest win rate at most this.")] = None,
+    min_regret: Annotated[float | None, typer.Option("--min-regret", help="Latest regret at least this.")] = None,
+    max_regret: Annotated[float | None, typer.Option("--max-regret", help="Latest regret at most this.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into a directory that is not empty.")] = False,
+    store: StoreOpt = None,
+    preset: PresetOpt = "tiny",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Export a run's environments (its pool, one row per environment) as a Hugging Face dataset: DIR/data/*.parquet
+    and a dataset card, DIR/README.md. Each row holds the code, env_id, skill, kind, source document, parent and
+    lineage, the validator's verdict, and the win rates with and without hint and the regret per generation. The
+    bands filter on the latest scored generation and leave out environments never scored. Load it with
+    datasets.load_dataset("parquet", data_files="DIR/data/*.parquet"), play it through Gymnasium with
+    spade_core.envs.gym.register_export(DIR), train on it with TRL (spade_core.envs.trl_envs), or play it as a
+    fixed pool: --set designer.fixed_pool=export:DIR. An S3 directory uses the store's endpoint."""
+    cfg = resolve(preset, config, overrides, store)
+    started = time.perf_counter()
+    filters = ExportFilter(
+        gen=gen,
+        skills=tuple(skills or ()),
+        min_win_rate=min_win_rate,
+        max_win_rate=max_win_rate,
+        min_regret=min_regret,
+        max_regret=max_regret,
+    )
+    export = build_export(open_store(cfg), run_id, filters)
+    write_export(export, to, dataset_card(export), endpoint_url=cfg.store.endpoint_url, overwrite=force)
+    skills_in = sorted(set(export.rows.column("skill").to_pylist()))
+    typer.echo(
+        f"exported {export.rows.num_rows} environments of run {run_id} ({len(skills_in)} skills) to {to} "
+        f"in {time.perf_counter() - started:.1f} s; load with "
+        f'datasets.load_dataset("parquet", data_files="{to.rstrip("/")}/{DATA_FILE}")'
+    )

@@ -130,9 +130,10 @@ class DesignerConfig(_Section):
     train: bool = Field(True, description="False = the 'no designer training' ablation.")
     fixed_pool: str | None = Field(
         None,
-        pattern=r"^(seeds|starters|run:[A-Za-z0-9][A-Za-z0-9_.\-]*|rlve:[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*)$",
+        pattern=r"^(seeds|starters|run:[A-Za-z0-9][A-Za-z0-9_.\-]*|rlve:[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*|export:\S(.*\S)?)$",
         description="Fixed-environment baseline: no designer; the agent plays 'seeds' (the seed library), "
-        "'starters' (the starter environments), 'run:RUN_ID' (the valid environments stored by that run) or "
+        "'starters' (the starter environments), 'run:RUN_ID' (the valid environments stored by that run), "
+        "'export:DIR' (an export of `spade envs export`, local or s3://) or "
         "'rlve:official16' / 'rlve:all' / 'rlve:NAME,...' (RLVE's environments under its difficulty controller). "
         "None = SPADE.",
     )

@@ -3,8 +3,8 @@
 New valid designs (one row per env_id), plus ``rollout.replay_envs`` environments replayed from the memory
 of ``gen - 1`` (PLR-style, beyond the paper), plus the first ``rollout.starter_envs`` starter environments
 — or, for the fixed-environment baseline (``designer.fixed_pool``), the seed library, the starter
-environments, the valid environments of a stored run, or RLVE's environments at the difficulties of their
-controller (:mod:`spade_core.envs.rlve_pool`).
+environments, the valid environments of a stored run, an export's environments (``spade envs export``), or
+RLVE's environments at the difficulties of their controller (:mod:`spade_core.envs.rlve_pool`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pandas as pd
 
 from spade_core.config import SpadeConfig
 from spade_core.designer.memory import Memory
+from spade_core.envs.export import export_ids, read_export
 from spade_core.envs.rlve_pool import rlve_pool
 from spade_core.envs.seeds import SeedEnv, load_seed_envs, load_starter_envs
 from spade_core.store.artifacts import Store
@@ -60,11 +61,17 @@ def with_starters(pool: pd.DataFrame, count: int) -> pd.DataFrame:
 
 
 def fixed_pool(cfg: SpadeConfig, store: Store, run_id: str, gen: int) -> pd.DataFrame:
-    """The fixed-environment baseline's pool: the seed library, the starters, a stored run's valid envs, or RLVE's
-    (whose controller state is read from ``store``, as a stored run's pool is)."""
+    """The fixed-environment baseline's pool: the seed library, the starters, a stored run's valid envs, an
+    export's environments (read each time a generation's pool is built), or RLVE's (whose controller state is
+    read from ``store``, as a stored run's pool is)."""
     source = cfg.designer.fixed_pool or "seeds"
     if source.startswith("rlve:"):
         return rlve_pool(cfg, store, run_id, gen)
+    if source.startswith("export:"):
+        exported = read_export(source.removeprefix("export:"), endpoint_url=cfg.store.endpoint_url)
+        export_ids(exported)
+        frame = exported.sort_values("env_id", kind="stable")
+        return frame.assign(design_id=None, source="fixed")[COLUMNS].reset_index(drop=True)
     if source == "seeds":
         return library_rows(load_seed_envs(), "fixed")
     if source == "starters":

@@ -16,18 +16,25 @@ pipeline drives it through :class:`~sandbox.session.EnvSession`, never through t
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
 from typing import Any
 
 import gymnasium
+import pandas as pd
 from gymnasium import spaces
 
 from sandbox.jail import CallResult
 from sandbox.policy import JailLimits
 from sandbox.session import EnvSession
+from spade_core.envs.export import export_ids, read_export
 
 ENV_ID = "spade/Jailed-v0"
+EXPORT_NAMESPACE = "spade"
+# Gymnasium's id grammar (gymnasium.envs.registration.ENV_ID_RE) allows word characters, ':', '.' and '-' in a
+# name; an env_id is 16 hex, an RLVE pool row's ``rlve:NAME@dD`` has an '@'.
+_NOT_IN_GYM_ID = re.compile(r"[^\w:.-]")
 # Seeds drawn for seedless resets stay below 2**31: every design's `random.Random(seed)` takes any int, and a
 # small one is what a person retypes into `spade env play --seed`.
 EPISODE_SEED_BOUND = 2**31
@@ -156,3 +163,37 @@ def register() -> None:
     """Register ``spade/Jailed-v0`` with Gymnasium (idempotent; explicit, not an import side effect)."""
     if ENV_ID not in gymnasium.registry:
         gymnasium.register(id=ENV_ID, entry_point="spade_core.envs.gym:JailedEnv")
+
+
+def export_gym_id(env_id: str) -> str:
+    """The Gymnasium id an exported environment is registered under: ``spade/<env_id>`` (a character
+    Gymnasium's ids do not allow becomes ``_``).
+
+    >>> export_gym_id("68b5b61c505576a0")
+    'spade/68b5b61c505576a0'
+    >>> export_gym_id("rlve:Sorting@d0")
+    'spade/rlve:Sorting_d0'
+    """
+    return f"{EXPORT_NAMESPACE}/{_NOT_IN_GYM_ID.sub('_', env_id)}"
+
+
+def register_export(directory: str, *, endpoint_url: str | None = None, **kwargs: Any) -> list[str]:
+    """Register every environment of the export in ``directory`` with Gymnasium, each as a
+    :class:`JailedEnv` over its code (so ``gymnasium.make("spade/<env_id>")`` runs it in the jail, as
+    ``spade/Jailed-v0`` does); returns the ids, in the export's order. Registering again replaces them.
+
+    Args:
+        directory: An export (``spade envs export``), local or ``s3://``.
+        endpoint_url: The S3 endpoint of an ``s3://`` directory (default ``$AWS_ENDPOINT_URL``).
+        **kwargs: Defaults for every environment's :class:`JailedEnv` (``max_turns``, ``limits``,
+            ``call_timeout_s``); ``gymnasium.make`` may still override them.
+
+    Raises:
+        spade_core.envs.export.ExportError: ``directory`` holds no export, or two of its rows map to one id.
+    """
+    frame = read_export(directory, endpoint_url=endpoint_url)
+    ids = [export_gym_id(e) for e in export_ids(frame)]
+    export_ids(pd.DataFrame({"env_id": ids}))  # two env_ids that differ only in a replaced character
+    for gym_id, code in zip(ids, frame["code"], strict=True):
+        gymnasium.register(id=gym_id, entry_point="spade_core.envs.gym:JailedEnv", kwargs={"code": code, **kwargs})
+    return ids

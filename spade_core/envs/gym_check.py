@@ -94,10 +94,21 @@ def check_jailed_env(*, path: str | Path | None = None, code: str | None = None,
     """
     register()
     source = {"path": str(path)} if path is not None else {"code": code}
+    return check_registered_env(ENV_ID, **source, **kwargs)
+
+
+def check_registered_env(gym_id: str, **kwargs: Any) -> list[Finding]:
+    """Run Gymnasium's ``check_env`` on ``gymnasium.make(gym_id, **kwargs)`` (an id
+    :func:`~spade_core.envs.gym.register_export` registered, or ``spade/Jailed-v0`` with a path or code); an
+    empty list means it passed.
+
+    Raises:
+        SandboxUnavailable: nsjail cannot start on this machine.
+    """
     error: Finding | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # every finding, not only the first of each kind
-        env = gymnasium.make(ENV_ID, **source, **kwargs)
+        env = gymnasium.make(gym_id, **kwargs)
         try:
             check_env(env.unwrapped)
         except SandboxUnavailable:

@@ -15,6 +15,7 @@ from typing import Any
 
 from spade_core.config import ConfigError, SpadeConfig, StoreConfig, available_presets, load_config, load_config_text
 from spade_core.envs import rlve
+from spade_core.envs.export import read_export
 from spade_core.llm.context import check_token_budgets
 from spade_core.llm.run_template import check_run_template
 from spade_core.store.artifacts import Store
@@ -124,6 +125,7 @@ def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
         ConfigError: a token budget exceeds the model's context window, the model's chat template cannot be
             rendered turn by turn (:func:`~spade_core.llm.run_template.check_run_template`), or
             ``designer.fixed_pool`` names an RLVE environment that does not exist or cannot run in the jail,
+            or an export directory that holds no export,
             or ``training.accelerate_config`` cannot launch here
             (:func:`~spade_core.train.launch.check_accelerate_config`) (nothing is written).
     """
@@ -132,6 +134,8 @@ def bind_run_config(store: Store, run_id: str, cfg: SpadeConfig) -> SpadeConfig:
     check_accelerate_config(cfg)
     if cfg.designer.fixed_pool and cfg.designer.fixed_pool.startswith("rlve:"):
         rlve.resolve(cfg.designer.fixed_pool)
+    if cfg.designer.fixed_pool and cfg.designer.fixed_pool.startswith("export:"):
+        read_export(cfg.designer.fixed_pool.removeprefix("export:"), endpoint_url=cfg.store.endpoint_url)
     stored = load_run_config(store, run_id)
     if stored is None:
         store.write_text(store.config_path(run_id), cfg.to_yaml())
