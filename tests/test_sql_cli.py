@@ -302,6 +302,17 @@ def test_each_file_is_checked_once_across_commands(tmp_path: Path, monkeypatch: 
     _same_size_corruption(store, changed)
     third = RunReader(Store(store.root))
     assert [p.path for p in third.check(["episodes"]).problems] == [changed]
+    kept = list((tmp_path / "cache" / "digests").glob("*.json"))
+    assert (
+        len(kept) == 1 and len(json.loads(kept[0].read_text())["entries"]) == 5
+    )  # the rewritten file's old entry gone
+    for n in range(70):  # other stores' files: the directory keeps the ones used last
+        (kept[0].parent / f"other-{n}.json").write_text('{"entries": []}')
+    time.sleep(0.01)
+    RunReader(Store(store.root)).check(["episodes"])  # nothing new to keep: no write
+    _same_size_corruption(store, store.table_files("episodes", "007", 1)[0])  # a new stamp: a digest to keep
+    RunReader(Store(store.root)).check(["episodes"])
+    assert len(list(kept[0].parent.glob("*.json"))) == 64 and kept[0].exists()
 
 
 def test_a_commands_own_write_is_read_under_its_marker_and_keeps_its_earlier_files(tmp_path: Path) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 Key = tuple[str, int, str]  # (path, size, stamp) of a fresh listing
 T = TypeVar("T")
+KEEP_FILES = 64  # digest files of the stores used last, one per store
 
 
 @dataclass
@@ -76,16 +77,24 @@ class Digests:
                         self.rows.setdefault((path, size, stamp), int(rows))
         return self
 
-    def save(self, file: Path, keep: Callable[[str], bool]) -> None:
-        """Write the entries of the paths ``keep`` accepts to ``file`` (atomically), if any changed since
-        :meth:`load`."""
+    def save(self, file: Path, current: Mapping[str, tuple[int, str]], keep_files: int = KEEP_FILES) -> None:
+        """Write the entries to ``file`` (atomically), if any changed since :meth:`load`: of a path ``current``
+        lists (a fresh listing's (size, stamp)), only the entry of that (size, stamp); a path it does not
+        list keeps its entries. The directory keeps the ``keep_files`` files used last (one per store)."""
         with self.lock:
             if not self.changed:
                 return
-            keys = [key for key in self.digests.keys() | self.rows.keys() if keep(key[0])]
+            keys = [
+                key
+                for key in self.digests.keys() | self.rows.keys()
+                if key[0] not in current or current[key[0]] == (key[1], key[2])
+            ]
             entries = [[*key, self.digests.get(key), self.rows.get(key)] for key in sorted(keys)]
             self.changed = False
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_name(f".{file.name}.{os.getpid()}")
         tmp.write_text(json.dumps({"entries": entries}))
         os.replace(tmp, file)
+        kept = sorted(file.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[keep_files:]:
+            old.unlink(missing_ok=True)

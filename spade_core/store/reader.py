@@ -203,7 +203,9 @@ class RunReader:
                                 continue
                             (doubted if path in bad else vouched).add(path)
         out.refused = doubted - vouched
-        self.store.digests.save(cache, keep=lambda path: True)
+        self.store.digests.save(
+            cache, {path: found for listing in listings.values() for path, found in listing.items()}
+        )
         return out
 
     def _row_problems(
