@@ -229,8 +229,8 @@ class RunReader:
             for recorded in own:
                 try:
                     path = self.store.confine(recorded)
-                except StoreError:
-                    return problems
+                except StoreError:  # file_problems names it; this table's count cannot be taken
+                    break
                 found = stamp(self.store, path, listings)
                 if found is None or path in known:
                     break
