@@ -74,6 +74,7 @@ class RunReader:
 
     store: Store
     _scans: dict[str, MarkerScan] = field(default_factory=dict, repr=False)
+    _configs: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     # -- layout -------------------------------------------------------------------------------------
     def runs(self) -> list[str]:
@@ -84,11 +85,12 @@ class RunReader:
         return sorted(name for name in names if _valid_run(self.store, name))
 
     def config_text(self, run_id: str) -> str | None:
-        """The run's stored config as text; None when it has none."""
-        path = self.store.config_path(run_id)
-        if not self.store.exists(path):
-            return None
-        return self.store.read_bytes(path).decode("utf-8", errors="replace")
+        """The run's stored config as text (read once per reader); None when it has none."""
+        if run_id not in self._configs:
+            path = self.store.config_path(run_id)
+            text = self.store.read_bytes(path).decode("utf-8", errors="replace") if self.store.exists(path) else None
+            self._configs[run_id] = text
+        return self._configs[run_id]
 
     def config(self, run_id: str) -> dict[str, Any]:
         """The run's stored config as a dict (empty when it has none or it does not parse)."""
@@ -173,7 +175,9 @@ class RunReader:
         return pd.DataFrame(rows, columns=["gen", "time"])
 
     # -- checks and queries -------------------------------------------------------------------------
-    def check(self, tables: Iterable[str], runs: Iterable[str] | None = None) -> Checked:
+    def check(
+        self, tables: Iterable[str], runs: Iterable[str] | None = None, listings: Listings | None = None
+    ) -> Checked:
         """Each file of ``tables`` that the markers of ``runs`` list, against its markers: inside the store,
         present, its recorded size and digest, and the marker's row count of the table over the files that
         marker wrote. A file is refused when no marker listing it agrees with it (a file another command
@@ -181,7 +185,7 @@ class RunReader:
         wanted = set(tables)
         cache = cache_dir() / "digests" / f"{short_hash(self.store.base)}.json"
         self.store.digests.load(cache)
-        listings: Listings = {}
+        listings = {} if listings is None else listings  # one listing per directory, shared with the caller
         out = Checked()
         vouched: set[str] = set()
         doubted: set[str] = set()
@@ -251,8 +255,8 @@ class RunReader:
         (:meth:`check`) and those refused are left out of their views, as is a listed file that is gone from
         a table that was not checked."""
         scope = self.runs() if runs is None else list(runs)
-        found = self.check(checked, scope) if checked else Checked()
-        listings: Listings = {}  # a view's files must exist when DuckDB binds it, read or not
+        listings: Listings = {}  # one listing per directory for the check and the views
+        found = self.check(checked, scope, listings) if checked else Checked()
         files = {
             t: [
                 f.path
@@ -260,7 +264,7 @@ class RunReader:
                 if f.path not in found.refused and stamp(self.store, f.path, listings) is not None
             ]
             for t in TABLES
-        }
+        }  # a view's files must exist when DuckDB binds it, read or not
         return connect(self.store, read_only=read_only, files=files), found
 
     def query(self, sql: str, params: list[object] | None = None, *, runs: Iterable[str] | None = None) -> pd.DataFrame:
