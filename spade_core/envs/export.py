@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from spade_core.config import ConfigError
 from spade_core.store.artifacts import Store
-from spade_core.store.fs import s3_filesystem
+from spade_core.store.fs import s3_filesystem, strict_glob
 from spade_core.store.reader import RunReader
 from spade_core.store.verdicts import VERDICT_COLUMNS, resolve
 
@@ -348,7 +348,7 @@ def read_export(directory: str, *, endpoint_url: str | None = None) -> pd.DataFr
         ExportError: there is no export there, or its data lacks a column of :data:`EXPORT_SCHEMA`.
     """
     fs, base = export_fs(directory, endpoint_url)
-    files = sorted(fs.glob(posixpath.join(base, "data", "*.parquet")))
+    files = strict_glob(fs, posixpath.join(base, "data", "*.parquet"))
     if not files:
         raise ExportError(f"{directory!r} holds no SPADE export (no data/*.parquet)")
     tables = []

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from spade_core.faults import s3_refusal
 from spade_core.hashing import short_hash, stream_hash
 from spade_core.store.digests import Digests
-from spade_core.store.fs import s3_filesystem
+from spade_core.store.fs import s3_filesystem, strict_glob
 from spade_core.store.schemas import SCHEMAS, TABLES, to_arrow
 
 IO_KINDS = ("read", "list", "write")
@@ -411,7 +411,7 @@ class Store:
         run = f"run={_check_name('run id', run_id)}" if run_id is not None else "run=*"
         g = f"gen={_check_gen(gen)}" if gen is not None else "gen=*"
         self._count("list")
-        files = sorted(self.fs.glob(self.path("tables", table, run, g, "*.parquet")))
+        files = self.glob(self.path("tables", table, run, g, "*.parquet"))
         files = [f"s3://{f}" if self.is_s3 and not f.startswith("s3://") else f for f in files]
         if stages is None:
             return files
@@ -498,7 +498,12 @@ class Store:
 
     def has_table(self, table: str) -> bool:
         self._count("list")
-        return bool(self.fs.glob(self.table_glob(table)))
+        return bool(self.glob(self.path("tables", table, "run=*", "gen=*", "*.parquet")))
+
+    def glob(self, pattern: str, *, dirs: bool = False) -> list[str]:
+        """The files (``dirs``: the directories) matching ``pattern``, sorted; a listing that fails raises (:func:`fs.strict_glob`), so
+        no reader answers from part of the store."""
+        return strict_glob(self.fs, pattern, dirs=dirs)
 
 
 def _stage_file_pattern(stages: Iterable[str]) -> re.Pattern[str]:

@@ -20,8 +20,10 @@ and every other 4xx answer fail on the first answer.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
+import posixpath
 from typing import TYPE_CHECKING, Any
 
 import fsspec
@@ -107,6 +109,58 @@ def _named_errors_s3fs() -> type[s3fs.S3FileSystem]:
                 raise
 
     return NamedErrorsS3FileSystem
+
+
+def strict_glob(fs: fsspec.AbstractFileSystem, pattern: str, *, dirs: bool = False) -> list[str]:
+    """The files (``dirs``: the directories) matching ``pattern`` (``*``, ``?`` and ``[...]`` within one path component; no ``**``),
+    in name order, found by one listing per matched directory.
+
+    fsspec's own ``glob`` walks with ``on_error="omit"``: a listing that fails (an S3 503 that outlasts the
+    retries, a permission error) counts as an empty directory, and a reader would answer from part of the
+    store without a word. Here only a missing directory counts as empty; every other error is raised.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("gen=1/stages/a.json", "gen=2/stages/b.json", "gen=2/other/c.json"):
+    ...     (root / name).parent.mkdir(parents=True, exist_ok=True); _ = (root / name).write_text("{}")
+    >>> [p.removeprefix(str(root)) for p in strict_glob(fsspec.filesystem("file"), f"{root}/gen=*/stages/*.json")]
+    ['/gen=1/stages/a.json', '/gen=2/stages/b.json']
+    >>> strict_glob(fsspec.filesystem("file"), f"{root}/gen=9/*/*.json")
+    []
+    >>> [p.removeprefix(str(root)) for p in strict_glob(fsspec.filesystem("file"), f"{root}/gen=2/*", dirs=True)]
+    ['/gen=2/other', '/gen=2/stages']
+    """
+    if "**" in pattern:
+        raise ValueError(f"strict_glob takes one component per wildcard, not '**': {pattern!r}")
+    parts = fs._strip_protocol(pattern).split("/")
+    magic = [i for i, part in enumerate(parts) if glob_magic(part)]
+    if not magic:
+        return [pattern] if (fs.isdir if dirs else fs.isfile)(pattern) else []
+    found = ["/".join(parts[: magic[0]]) or "/"]
+    for depth in range(magic[0], len(parts)):
+        last, part, matched = depth == len(parts) - 1, parts[depth], []
+        for directory in found:
+            if not glob_magic(part):
+                matched.append(posixpath.join(directory, part))
+                continue
+            try:
+                entries = fs.ls(directory, detail=True)
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                name = str(entry["name"]).rstrip("/")
+                wanted = "file" if last and not dirs else "directory"
+                if entry.get("type") == wanted and fnmatch.fnmatchcase(posixpath.basename(name), part):
+                    matched.append(name)
+        found = matched
+    if not glob_magic(parts[-1]):  # a literal last component: keep the files that are there
+        found = [path for path in found if (fs.isdir if dirs else fs.isfile)(path)]
+    return sorted(set(found))
+
+
+def glob_magic(part: str) -> bool:
+    """Whether a path component holds a wildcard."""
+    return any(char in part for char in "*?[")
 
 
 class ReadOnlyError(PermissionError):

@@ -215,7 +215,7 @@ def list_markers(store: Store, run_id: str) -> dict[int, dict[str, StageRecord]]
 def scan_markers(store: Store, run_id: str) -> MarkerScan:
     """Every marker file of a run, read once: the valid records and the damaged files (:class:`BadMarker`)."""
     scan = MarkerScan()
-    for path in sorted(store.fs.glob(f"{store.run_dir(run_id)}/gen=*/stages/*.json")):
+    for path in store.glob(f"{store.run_dir(run_id)}/gen=*/stages/*.json"):
         place = _MARKER_PLACE.search(path)
         if place is None:  # a directory named gen=x: not a generation the pipeline writes
             continue

@@ -79,8 +79,8 @@ class RunReader:
     # -- layout -------------------------------------------------------------------------------------
     def runs(self) -> list[str]:
         """Every run id that has a run directory (markers, a config) or a table partition, sorted."""
-        names = {posixpath.basename(p.rstrip("/")) for p in self.store.fs.glob(self.store.path("runs", "*"))}
-        for path in self.store.fs.glob(self.store.path("tables", "*", "run=*")):
+        names = {posixpath.basename(p.rstrip("/")) for p in self.store.glob(self.store.path("runs", "*"), dirs=True)}
+        for path in self.store.glob(self.store.path("tables", "*", "run=*"), dirs=True):
             names.add(posixpath.basename(path.rstrip("/")).removeprefix("run="))
         return sorted(name for name in names if _valid_run(self.store, name))
 
