@@ -501,8 +501,8 @@ class Store:
         return bool(self.glob(self.path("tables", table, "run=*", "gen=*", "*.parquet")))
 
     def glob(self, pattern: str, *, dirs: bool = False) -> list[str]:
-        """The files (``dirs``: the directories) matching ``pattern``, sorted; a listing that fails raises (:func:`fs.strict_glob`), so
-        no reader answers from part of the store."""
+        """The files (``dirs``: the directories) matching ``pattern``, sorted; a listing that fails raises
+        (:func:`fs.strict_glob`), so no reader answers from part of the store."""
         return strict_glob(self.fs, pattern, dirs=dirs)
 
 

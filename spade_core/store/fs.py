@@ -112,8 +112,8 @@ def _named_errors_s3fs() -> type[s3fs.S3FileSystem]:
 
 
 def strict_glob(fs: fsspec.AbstractFileSystem, pattern: str, *, dirs: bool = False) -> list[str]:
-    """The files (``dirs``: the directories) matching ``pattern`` (``*``, ``?`` and ``[...]`` within one path component; no ``**``),
-    in name order, found by one listing per matched directory.
+    """The files (``dirs``: the directories) matching ``pattern`` (``*``, ``?`` and ``[...]`` within one path
+    component; no ``**``), in name order, found by one listing per matched directory.
 
     fsspec's own ``glob`` walks with ``on_error="omit"``: a listing that fails (an S3 503 that outlasts the
     retries, a permission error) counts as an empty directory, and a reader would answer from part of the
