@@ -41,7 +41,7 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
 def engine(tiny_model_dir: str) -> Iterator[VLLMGenerator]:
     """One fp32 engine on the tiny model for the module; every test's fault replaces it."""
     overrides = [f"model.name_or_path={tiny_model_dir}", "model.backend=vllm", "model.device=cpu"]
-    cfg = load_config("tiny", overrides=[*overrides, "model.dtype=float32"]).model
+    cfg = load_config("tiny", overrides=[*overrides, "model.dtype=float32", "model.engine_dtype=float32"]).model
     generator = VLLMGenerator(cfg, startup_timeout_s=600)
     yield generator
     generator.close()

@@ -240,6 +240,11 @@ def test_full_finetuning_steps_change_weights_and_carry_one_optimizer(micro_fram
     before, after = _params(micro_model_dir), _params(path)
     changed = sum(not torch.equal(before[k], after[k]) for k in before)
     assert changed > len(before) // 2, f"only {changed}/{len(before)} tensors changed"
+    # The reported move is the two checkpoints' difference (the trainer reads the first back, holds no copy).
+    moved = sum(float((after[k].double() - before[k].double()).pow(2).sum()) for k in before) ** 0.5
+    size = sum(float(before[k].double().pow(2).sum()) for k in before) ** 0.5
+    assert summary.weight_delta == pytest.approx(moved, rel=1e-3)
+    assert summary.weight_delta_relative == pytest.approx(moved / size, rel=1e-3)
     assert (Path(path) / "tokenizer.json").is_file() or (Path(path) / "tokenizer_config.json").is_file()
     assert isinstance(_generates(path), str)
     metrics = store.read_table("train_metrics", run_id=RUN, gen=GEN)

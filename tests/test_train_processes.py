@@ -8,6 +8,7 @@ accelerate's own config loader and agrees with the preset that names it."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from spade_core.train.launch import (
     accelerate_command,
     accelerate_env,
     accelerate_settings,
+    direct_launch,
     launch_training,
 )
 
@@ -149,6 +151,18 @@ def test_the_two_process_cpu_config_launches_through_accelerates_torchrun(tmp_pa
     assert accelerate_env(cfg) == {"ACCELERATE_USE_CPU": "true"}
     default = load_config("tiny", None, [f"store.root={tmp_path}"])
     assert "--multi_gpu" not in accelerate_command(default, "c.yaml", RUN, 1, 0) and accelerate_env(default) == {}
+
+
+def test_a_one_process_update_starts_the_trainer_without_accelerates_launcher_process(tmp_path: Path) -> None:
+    default = load_config("tiny", None, [f"store.root={tmp_path}"])
+    direct = direct_launch(default, "c.yaml", RUN, 1, 0)
+    assert direct is not None
+    cmd, env, _ = direct
+    assert cmd[:3] == [sys.executable, "-m", "spade_core.train.step"] and "accelerate" not in " ".join(cmd)
+    assert cmd[cmd.index("--config") + 1] == "c.yaml" and cmd[cmd.index("--gen") + 1] == "1"
+    assert env["ACCELERATE_USE_CPU"] == "True" and env["ACCELERATE_MIXED_PRECISION"] == "no"
+    ddp = load_config("tiny", None, [f"store.root={tmp_path}", f"training.accelerate_config={CPU_DDP}"])
+    assert direct_launch(ddp, "c.yaml", RUN, 1, 0) is None  # two processes: accelerate's torchrun starts them
 
 
 # What each file under data/accelerate/ is: distributed type, processes, mixed precision, sharding, device.

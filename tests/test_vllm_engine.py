@@ -39,7 +39,13 @@ STORE = "/no/store/of/this/test"  # the service file names the run's store too
 
 
 def model_cfg(path: str, *overrides: str):  # type: ignore[no-untyped-def]
-    base = [f"model.name_or_path={path}", "model.backend=vllm", "model.device=cpu", "model.dtype=float32"]
+    base = [
+        f"model.name_or_path={path}",
+        "model.backend=vllm",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "model.engine_dtype=float32",
+    ]
     return load_config("tiny", overrides=[*base, *overrides]).model
 
 

@@ -52,12 +52,12 @@ class ModelConfig(_Section):
         description="backend=vllm: server launch template with {python} {model} {host} {port} {dtype} {seed} "
         "(None = vLLM's OpenAI server from the engine's environment, built by 'make vllm-env').",
     )
-    engine_kv_cache_gib: int = Field(
-        1,
-        ge=1,
+    engine_kv_cache_gib: float = Field(
+        1.0,
+        ge=0.125,
         le=1024,
-        description="backend=vllm on a CPU: the engine's KV cache in whole GiB (VLLM_CPU_KVCACHE_SPACE); 1 GiB "
-        "holds ~45k tokens of the 135M model in bf16.",
+        description="backend=vllm on a CPU: the engine's KV cache in GiB (--kv-cache-memory-bytes); 1 GiB holds "
+        "~45k tokens of the 135M model in bf16, ~23k in fp32, and it must hold one request of max_model_len.",
     )
     max_model_len: int | None = Field(
         None,
@@ -95,6 +95,11 @@ class ModelConfig(_Section):
         None,
         description="backend=vllm: run without CUDA graphs / torch.compile (--enforce-eager); None = on a CPU "
         "only, where the compile cache does not load and every start would recompile for minutes.",
+    )
+    engine_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="backend=vllm: the engine's dtype (--dtype); None = model.dtype. The trainer keeps the "
+        "checkpoint's dtype: the difference is in the TIS weights and the log-prob mismatch of the train metrics.",
     )
 
 

@@ -111,9 +111,7 @@ def engine_python() -> str:
 
 def engine_env(model_cfg: Any, on_cpu: bool, tmp: Path) -> dict[str, str]:
     """The engine's environment: offline, its compile cache under the project's cache dir and its temporary
-    files in ``tmp`` (the server's own, removed when it stops), reloads allowed (dev mode), and on a CPU the
-    KV cache's size (vLLM's default thread binding stays: one core for the model; binding both cores halved
-    throughput here, the server's own threads need the other)."""
+    files in ``tmp`` (the server's own, removed when it stops), reloads allowed (dev mode)."""
     root = cache_dir() / "vllm"
     tmp.mkdir(parents=True, exist_ok=True)
     env = {
@@ -124,26 +122,26 @@ def engine_env(model_cfg: Any, on_cpu: bool, tmp: Path) -> dict[str, str]:
         "VLLM_CONFIGURE_LOGGING": "1",
         "TMPDIR": str(tmp),
     }
-    if on_cpu:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(model_cfg.engine_kv_cache_gib)
     return env
 
 
 def engine_options(model_cfg: Any, on_cpu: bool, command: list[str]) -> list[str]:
     """The engine's size settings as options, each unless the command sets it already: the context length
     (``model.max_model_len``) anywhere; on a GPU the tensor-parallel size, the memory share and sleep mode
-    (which the trainer's turn uses instead of a restart: :func:`engine_sleeps`). vLLM's CPU build has no
-    sleep mode, and a CPU replica is one process bound to its cores.
+    (which the trainer's turn uses instead of a restart: :func:`engine_sleeps`); on a CPU the KV cache's size
+    (``model.engine_kv_cache_gib``). vLLM's CPU build has no sleep mode.
 
     >>> from spade_core.config import ModelConfig
     >>> cfg = ModelConfig(tensor_parallel_size=2, gpu_memory_utilization=0.5, max_model_len=4096)
     >>> engine_options(cfg, False, [])
     ['--max-model-len', '4096', '--tensor-parallel-size', '2', '--gpu-memory-utilization', '0.5', '--enable-sleep-mode']
     >>> engine_options(cfg, True, []), engine_options(ModelConfig(), False, ["--enable-sleep-mode"])
-    (['--max-model-len', '4096'], [])
+    (['--max-model-len', '4096', '--kv-cache-memory-bytes', '1073741824'], [])
     """
     wanted: list[tuple[str, Any]] = [("--max-model-len", model_cfg.max_model_len)]
-    if not on_cpu:
+    if on_cpu:
+        wanted.append(("--kv-cache-memory-bytes", int(model_cfg.engine_kv_cache_gib * 2**30)))
+    else:
         wanted += [
             ("--tensor-parallel-size", model_cfg.tensor_parallel_size if model_cfg.tensor_parallel_size > 1 else None),
             ("--gpu-memory-utilization", model_cfg.gpu_memory_utilization),
@@ -265,7 +263,7 @@ class VLLMGenerator:
             "host": "127.0.0.1",
             "port": str(port),
             "socket": str(socket_path),
-            "dtype": self.cfg.dtype,
+            "dtype": self.cfg.engine_dtype or self.cfg.dtype,
             "seed": "0",
         }
         command = [part.format(**values) for part in self.template]
