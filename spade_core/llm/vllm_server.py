@@ -117,6 +117,7 @@ def engine_env(model_cfg: Any, on_cpu: bool, tmp: Path) -> dict[str, str]:
     env = {
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
         "VLLM_CACHE_ROOT": str(root / "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_CONFIGURE_LOGGING": "1",
