@@ -1,14 +1,19 @@
 """A tiny generation end to end on each backend: ``spade run`` on the ``tiny`` preset, once with the
 transformers backend and once with the vLLM engine, each in a fresh store, one after the other.
 
-Printed: each stage's seconds side by side (from the stage markers), the wall time, and the peak RSS
-summed over the run's whole process tree (the CLI, the trainer subprocess, the engine's processes and the
-jails), sampled every 0.5 s. The stores (checkpoints included: 1.6 GB per step) are deleted afterwards.
-The last line is machine-readable:
+Printed: each stage's seconds side by side (from the stage markers), the wall time, the engine's starts
+(``start`` and ``restart`` weight swaps in the markers: one per run when the engine is kept through the
+updates), and the peak RSS summed over the run's whole process tree (the CLI, Prefect's server, the
+trainer subprocess, the engine's processes and the jails), sampled every 0.5 s, in GB (1e9 bytes). The
+stores (checkpoints included: 1.6 GB per step) are deleted afterwards. The last line is machine-readable:
 
-    vllm_s=A transformers_s=B ratio=B/A vllm_peak_gb=C transformers_peak_gb=D
+    vllm_s=A transformers_s=B ratio=B/A vllm_peak_gb=C transformers_peak_gb=D vllm_engine_starts=E
 
-    .venv/bin/python benchmarks/backend_generation.py [--set KEY=VALUE ...] [--vllm-set KEY=VALUE ...]
+``--vllm-only`` runs the vLLM generation alone (the ``tiny`` target: <= 240 s, one engine start, <= 8 GB):
+
+    vllm_s=A vllm_peak_gb=C vllm_engine_starts=E
+
+    .venv/bin/python benchmarks/backend_generation.py [--vllm-only] [--set KEY=VALUE ...] [--vllm-set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ def tree_rss(root: psutil.Process) -> int:
     return total
 
 
-def run(backend: str, extra: list[str], workdir: Path) -> tuple[float, float, dict[str, float]]:
-    """One generation on ``backend``: wall seconds, peak summed RSS (GB) and seconds per stage."""
+def run(backend: str, extra: list[str], workdir: Path) -> tuple[float, float, dict[str, float], int]:
+    """One generation on ``backend``: wall seconds, peak summed RSS (GB), seconds per stage and engine starts."""
     store = workdir / backend
     command = [SPADE, "run", "--run-id", "bench", "--set", f"store.root={store}", "--set", f"model.backend={backend}"]
     command += [x for item in extra for x in ("--set", item)]
@@ -64,7 +69,9 @@ def run(backend: str, extra: list[str], workdir: Path) -> tuple[float, float, di
         raise SystemExit(f"error: the {backend} run exited with {child.returncode}; see {log}")
     markers = list_markers(Store(str(store)), "bench").get(1, {})
     stages = {name: record.seconds for name, record in markers.items()}
-    return wall, peak / 1e9, stages
+    swaps = [s for r in markers.values() if r.shard is None for s in r.info.get("weight_swaps", [])]
+    starts = sum(s.get("method") in ("start", "restart") for s in swaps)
+    return wall, peak / 1e9, stages, starts
 
 
 def main() -> None:
@@ -72,28 +79,38 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="a config override for both runs")
     parser.add_argument("--vllm-set", action="append", default=[], help="a config override for the vLLM run only")
     parser.add_argument("--keep", action="store_true", help="keep the stores (checkpoints: 1.6 GB per step)")
+    parser.add_argument("--vllm-only", action="store_true", help="run the vLLM generation alone")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="spade-backend-bench-"))
     print(f"stores and logs under {workdir}; load average {os.getloadavg()[0]:.2f}")
     results = {}
     try:
-        for backend, extra in (("vllm", [*args.set, *args.vllm_set]), ("transformers", args.set)):
+        runs = [("vllm", [*args.set, *args.vllm_set]), ("transformers", args.set)][: 1 if args.vllm_only else 2]
+        for backend, extra in runs:
             results[backend] = run(backend, extra, workdir)
-            wall, peak, _ = results[backend]
-            print(f"{backend}: {wall / 60:.1f} min, peak RSS summed {peak:.2f} GB, load {os.getloadavg()[0]:.2f}")
+            wall, peak, _, starts = results[backend]
+            print(
+                f"{backend}: {wall / 60:.1f} min, peak RSS summed {peak:.2f} GB, {starts} engine start(s), "
+                f"load {os.getloadavg()[0]:.2f}"
+            )
     finally:
         if not args.keep:
             for backend in ("vllm", "transformers"):
                 shutil.rmtree(workdir / backend, ignore_errors=True)
-    names = sorted(set(results["vllm"][2]) | set(results["transformers"][2]), key=lambda n: n)
+    other = results.get("transformers", (0.0, 0.0, {}, 0))
+    names = sorted(set(results["vllm"][2]) | set(other[2]))
     print(f"{'stage':<22}{'vllm s':>10}{'transformers s':>16}")
     for name in names:
-        v, t = results["vllm"][2].get(name), results["transformers"][2].get(name)
+        v, t = results["vllm"][2].get(name), other[2].get(name)
         print(f"{name:<22}{f'{v:.1f}' if v is not None else '-':>10}{f'{t:.1f}' if t is not None else '-':>16}")
-    (v_wall, v_peak, _), (t_wall, t_peak, _) = results["vllm"], results["transformers"]
+    v_wall, v_peak, _, v_starts = results["vllm"]
+    if args.vllm_only:
+        print(f"vllm_s={v_wall:.0f} vllm_peak_gb={v_peak:.2f} vllm_engine_starts={v_starts}")
+        return
+    t_wall, t_peak = other[0], other[1]
     print(
         f"vllm_s={v_wall:.0f} transformers_s={t_wall:.0f} ratio={t_wall / v_wall:.2f} "
-        f"vllm_peak_gb={v_peak:.2f} transformers_peak_gb={t_peak:.2f}"
+        f"vllm_peak_gb={v_peak:.2f} transformers_peak_gb={t_peak:.2f} vllm_engine_starts={v_starts}"
     )
 
 

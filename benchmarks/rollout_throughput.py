@@ -9,9 +9,11 @@ without ``--no-reuse`` to compare). The last line is machine-readable:
 
 With ``--backend vllm`` it instead plays the same episodes through the rollout engine on both backends —
 the vLLM engine (its server streamed to, ``--vllm-dtype``) and the transformers backend as ``tiny`` runs it —
-and ends with
+and then sends the engine alone every request the plays made, as many in flight at once as there were
+episodes, its prefix cache reset first (the engine's own throughput at the plays' concurrency: the
+target is plays >= 0.8 of it). It ends with
 
-    vllm_tokens_per_s=A transformers_tokens_per_s=B ratio=A/B
+    vllm_tokens_per_s=A transformers_tokens_per_s=B ratio=A/B engine_alone_tokens_per_s=C plays_vs_engine=A/C
 
 With ``--backend vllm --replicas N`` it plays them through the run's engine service (what a run leases) with
 one replica and then with N (on this CPU one core each), side by side with the load average, and ends with
@@ -36,8 +38,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP
 import argparse
 import os
 import resource
+import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from spade_core.config import RolloutConfig, load_config
 from spade_core.envs.seeds import load_seed_envs
@@ -79,6 +84,38 @@ class Recorder:
         return fed, [sum(c.prompt_tokens for c in call) for call in self.completions]
 
 
+class CallLog:
+    """Passes a streaming generator's calls through and keeps those of the timed rollout (after its warm-up),
+    to send them again to the engine alone."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model_ref, self.streams = inner.model_ref, True
+        self.supports_token_prompts, self.tokenizer = inner.supports_token_prompts, inner.tokenizer
+        self.calls: list[tuple[list[GenerationRequest], SamplingParams]] = []
+        self._lock = threading.Lock()
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        with self._lock:
+            self.calls.append((requests, params))
+        return self.inner.generate(requests, params)
+
+    def release(self, keys: Iterable[str]) -> None:
+        getattr(self.inner, "release", lambda _: None)(keys)
+
+    def close(self) -> None:
+        pass
+
+    def replay(self, in_flight: int) -> tuple[int, float]:
+        """Generated tokens and seconds of every logged call sent again, ``in_flight`` at once, after the
+        engine's prefix cache is reset (so the replay prefills what the plays prefilled)."""
+        self.inner._post("/reset_prefix_cache", None, 60.0)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(in_flight) as pool:
+            done = list(pool.map(lambda call: self.inner.generate(*call), self.calls))
+        return sum(len(c.token_ids) for out in done for c in out), time.perf_counter() - t0
+
+
 def kv_bytes_per_token(generator: TransformersGenerator) -> int:
     """Keys and values of one token over every layer."""
     cfg = generator.model.config
@@ -94,6 +131,8 @@ def timed_rollout(generator: Generator, specs: list[EpisodeSpec], rollout_cfg: R
     engine = RolloutEngine(generator, rollout_cfg, sampling, jail_workers=cfg.validation.parallel_jails)
     engine.run(specs[:2])
     engine.stats.generated_tokens = 0
+    if isinstance(generator, CallLog):
+        generator.calls.clear()  # the warm-up's calls are not replayed
     t0 = time.perf_counter()
     engine.run(specs)
     return engine.stats.generated_tokens, time.perf_counter() - t0
@@ -108,17 +147,26 @@ def compare_backends(args: argparse.Namespace, specs: list[EpisodeSpec], rollout
     t0 = time.perf_counter()
     vllm = VLLMGenerator(engine_cfg)
     print(f"vLLM engine ({args.vllm_dtype}) healthy after {time.perf_counter() - t0:.0f} s")
+    calls = CallLog(vllm)
     try:
-        v_tokens, v_seconds = timed_rollout(vllm, specs, rollout_cfg)
+        v_tokens, v_seconds = timed_rollout(calls, specs, rollout_cfg)
+        a_tokens, a_seconds = calls.replay(len(specs))
     finally:
         vllm.close()
     print(f"vllm:         {v_tokens:6d} tokens in {v_seconds:6.1f} s = {v_tokens / v_seconds:7.1f} tok/s")
+    print(
+        f"engine alone: {a_tokens:6d} tokens in {a_seconds:6.1f} s = {a_tokens / a_seconds:7.1f} tok/s "
+        f"({len(calls.calls)} requests, {len(specs)} in flight)"
+    )
     hf = TransformersGenerator(cfg.model.name_or_path, device="cpu", dtype=cfg.model.dtype, batch_size=args.episodes)
     t_tokens, t_seconds = timed_rollout(hf, specs, rollout_cfg)
     print(f"transformers: {t_tokens:6d} tokens in {t_seconds:6.1f} s = {t_tokens / t_seconds:7.1f} tok/s")
     print(f"load average now: {os.getloadavg()[0]:.2f}")
-    v, t = v_tokens / v_seconds, t_tokens / t_seconds
-    print(f"vllm_tokens_per_s={v:.1f} transformers_tokens_per_s={t:.1f} ratio={v / t:.2f}")
+    v, t, a = v_tokens / v_seconds, t_tokens / t_seconds, a_tokens / a_seconds
+    print(
+        f"vllm_tokens_per_s={v:.1f} transformers_tokens_per_s={t:.1f} ratio={v / t:.2f} "
+        f"engine_alone_tokens_per_s={a:.1f} plays_vs_engine={v / a:.2f}"
+    )
 
 
 def compare_replicas(args: argparse.Namespace, specs: list[EpisodeSpec], rollout_cfg: RolloutConfig) -> None:

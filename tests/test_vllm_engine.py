@@ -17,6 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -348,6 +349,34 @@ def test_a_tied_checkpoint_is_served_as_an_untied_view_that_answers_alike(tiny_m
     ):
         assert torch.equal(head.get_tensor("lm_head.weight"), model.get_tensor("model.embed_tokens.weight"))
     assert (Path(view) / "model.safetensors").is_symlink()  # nothing but the head is copied
+
+
+def _group_rss(generator: VLLMGenerator) -> int:
+    """Resident bytes of the engine's whole process group."""
+    assert generator.server is not None and generator.server.proc is not None
+    root = psutil.Process(generator.server.proc.pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+
+
+def test_an_idle_kept_engine_gives_its_kv_cache_pages_back_and_answers_as_before(
+    service: EngineService, engine: VLLMGenerator, tiny_model_dir: str
+) -> None:
+    # While the trainer runs beside a kept CPU engine (generator_during_update: kept), every idle replica hands
+    # its KV cache's pages back to the OS; the cache's size is model.engine_kv_cache_gib (tiny: 0.5 GiB).
+    with service.leased(tiny_model_dir):
+        before = engine.generate([GenerationRequest(messages=ASK, seed=s) for s in range(4)], GREEDY)
+        assert service.rest() == 0  # a stage holds the engine: nothing is given back under it
+    with service._changed:
+        service._holds.clear()  # the leases the tests above kept
+    kv = int(engine.cfg.engine_kv_cache_gib * 2**30)
+    resident = [_group_rss(r.generator) for r in service.replicas]
+    released = service.rest()
+    assert released >= 0.95 * kv * len(service.replicas), (released, kv)
+    dropped = [was - _group_rss(r.generator) for was, r in zip(resident, service.replicas, strict=True)]
+    assert all(d > 0.5 * kv for d in dropped), (dropped, kv)  # the pages that had been written are gone
+    with service.leased(tiny_model_dir):  # the same checkpoint: no reload, the prefix cache was reset
+        after = engine.generate([GenerationRequest(messages=ASK, seed=s) for s in range(4)], GREEDY)
+    assert [c.token_ids for c in after] == [c.token_ids for c in before] and all(c.error is None for c in after)
 
 
 def test_a_killed_server_is_restarted_once_and_the_batch_completes(engine: VLLMGenerator) -> None:

@@ -281,6 +281,23 @@ class EngineService:
                 self._turns -= 1
                 self._changed.notify_all()
 
+    def rest(self) -> int:
+        """While the trainer runs beside a kept engine on a CPU: when no stage holds the engine, each replica
+        gives its KV cache's pages back (:meth:`VLLMGenerator.release_cache`); no hold begins until they have.
+        Skipped while a stage holds it (one of the next generation running beside). Returns the bytes given
+        back."""
+        with self._changed:
+            self._prune()
+            if self._holds or self._loading or self._turns or not self.replicas:
+                return 0
+            self._turns += 1
+        try:
+            return sum(self._each(lambda r: r.generator.release_cache(), self.replicas))
+        finally:
+            with self._changed:
+                self._turns -= 1
+                self._changed.notify_all()
+
     # -- generation --------------------------------------------------------------------------------------
     def _pick(self, session: str | None) -> Replica:
         with self._lock:

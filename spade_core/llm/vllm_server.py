@@ -39,6 +39,7 @@ import atexit
 import importlib.util
 import itertools
 import json
+import logging
 import math
 import os
 import secrets
@@ -59,6 +60,8 @@ from spade_core.llm.embedded import cache_dir, resolve_model
 from spade_core.llm.hf import load_tokenizer, pick_device
 from spade_core.llm.server_process import HTTPStatusError, ServerProcess, free_port
 from spade_core.llm.untied import untied_view
+
+log = logging.getLogger(__name__)
 
 SERVED_NAME = "spade"  # the name requests use, whichever checkpoint is loaded
 VLLM_COMMAND = (
@@ -176,6 +179,29 @@ def in_process_model(on_cpu: bool, cpu_cores: str | None, command: list[str]) ->
     if not on_cpu or cpu_cores is not None or any(p.startswith("--distributed-executor-backend") for p in command):
         return [], {}
     return ["--distributed-executor-backend", "uni"], {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+ENGINE_WORKER_DIR = Path(__file__).resolve().parent / "engine_worker"
+KV_PAGES_EXTENSION = "spade_kv_pages.KVPages"  # engine_worker/spade_kv_pages.py, on the engine's PYTHONPATH
+
+
+def kv_pages_extension(on_cpu: bool, command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The option and environment that give a CPU engine the worker method that hands its KV-cache pages
+    back while the trainer runs (:meth:`VLLMGenerator.release_cache`): vLLM's ``--worker-extension-cls``
+    with the module's directory on the engine's ``PYTHONPATH`` (before the caller's, if any). Only for
+    vLLM's own server, and not when the command names an extension already.
+
+    >>> options, env = kv_pages_extension(True, ["python", "-m", "vllm.entrypoints.openai.api_server"])
+    >>> options, env["PYTHONPATH"].endswith("engine_worker")
+    (['--worker-extension-cls', 'spade_kv_pages.KVPages'], True)
+    >>> kv_pages_extension(False, ["vllm.entrypoints.openai.api_server"]), kv_pages_extension(True, ["other"])
+    (([], {}), ([], {}))
+    """
+    vllm = any("vllm.entrypoints" in part for part in command)
+    if not on_cpu or not vllm or any(part.startswith("--worker-extension-cls") for part in command):
+        return [], {}
+    paths = [str(ENGINE_WORKER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return ["--worker-extension-cls", KV_PAGES_EXTENSION], {"PYTHONPATH": os.pathsep.join(paths)}
 
 
 def engine_sleeps(model_cfg: Any, on_cpu: bool) -> bool:
@@ -298,8 +324,11 @@ class VLLMGenerator:
         if self.cpu_cores is not None and self.on_cpu:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_cores
         command = self._command(self._served(model_path), port, socket_path)
-        options, extra_env = in_process_model(self.on_cpu, self.cpu_cores, command)
-        command, env = command + options, {**env, **extra_env}
+        for options, extra_env in (
+            in_process_model(self.on_cpu, self.cpu_cores, command),
+            kv_pages_extension(self.on_cpu, command),
+        ):
+            command, env = command + options, {**env, **extra_env}
         self.server = ServerProcess(command, port, self.startup_timeout_s, env, socket_path, self.api_key)
         self.server.start()
         self._generation += 1
@@ -354,6 +383,23 @@ class VLLMGenerator:
             self._post("/reset_prefix_cache", None, 60.0)
         except (HTTPStatusError, OSError, ValueError) as exc:
             raise ModelError(f"reload of {model_path!r} failed: {str(exc)[:300]}") from None
+
+    def release_cache(self) -> int:
+        """On a CPU, while the trainer runs beside the idle engine (nothing in flight): hand the KV cache's pages
+        back to the operating system and reset the prefix cache, whose blocks they held (vLLM's CPU build has
+        no sleep mode; engine_worker/spade_kv_pages.py). The next request writes its blocks on fresh zero
+        pages, as on a new engine. Returns the bytes given back; 0 when the engine is down or refuses (it
+        then keeps its pages: one logged line, never an error)."""
+        if not self.on_cpu or self.server is None or not self.server.running:
+            return 0
+        try:
+            answer = self._post("/collective_rpc", {"method": "release_kv_pages"}, 60.0)
+            self._post("/reset_prefix_cache", None, 60.0)
+        except (HTTPStatusError, OSError, ValueError) as exc:
+            log.warning("the engine kept its KV-cache pages: %s", str(exc)[:200])
+            return 0
+        results = answer.get("results", []) if isinstance(answer, dict) else []
+        return sum(int(value) for value in results if str(value).isdigit())
 
     def sleep(self) -> str:
         """Give the device to the trainer. With sleep mode (a GPU) the engine sleeps at level 1 — its weights

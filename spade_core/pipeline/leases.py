@@ -190,10 +190,13 @@ class ModelPool:
         sleeps (:meth:`~spade_core.llm.engine_service.EngineService.turn`) — the two take turns, and the
         generator is woken or loaded again afterwards. Otherwise (CPU, or separate devices) only idle models
         are closed, so that a stage of the next generation running beside keeps its model, and the engine
-        services stay up for the next checkpoint.
+        services stay up for the next checkpoint; an idle one on a CPU gives its KV cache's pages back
+        (:meth:`~spade_core.llm.engine_service.EngineService.rest`).
         """
         if not shared:
             self.release(wait=False, keep_reloadable=True)
+            for service in self.services():
+                service.rest()
             yield
             return
         with self._lock:

@@ -1,4 +1,6 @@
-"""Run one optimizer step as ``accelerate launch -m spade_core.train.step`` (docs/DESIGN.md §7, §10).
+"""Run one optimizer step as ``accelerate launch -m spade_core.train.step`` (docs/DESIGN.md §7, §10); a
+one-process update starts the trainer directly, with the command and environment accelerate would give it
+(:func:`direct_launch`).
 
 Training is a subprocess of the pipeline so one setting, ``training.accelerate_config`` (a file under
 ``data/accelerate/``), moves it from the CPU to one GPU to several GPUs (DDP, FSDP, DeepSpeed) without

@@ -2,8 +2,9 @@
 """One optimizer step of both roles with TRL's ``GRPOTrainer`` (docs/DESIGN.md §7).
 
 Run as ``accelerate launch -m spade_core.train.step --run-id R --gen G --step K --config FILE`` (the pipeline
-does this through :func:`spade_core.train.launch.launch_training`). Step ``K`` of generation ``G`` is the
-global step ``s = (G-1)·K_total + K``: it trains checkpoint ``s`` on the samples that checkpoint played
+does this through :func:`spade_core.train.launch.launch_training`; a one-process update is started with the
+command and environment accelerate would give it, without its launcher process). Step ``K`` of generation
+``G`` is the global step ``s = (G-1)·K_total + K``: it trains checkpoint ``s`` on the samples that checkpoint played
 (the pool's no-hint plays of that step) and on the designs due at ``s`` (those of the generation whose
 first step is ``s - D``, rewarded over that generation's whole window), and writes
 checkpoint ``s + 1`` with the optimizer and scheduler state, so the run has ONE AdamW optimizer whose
