@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from safetensors import safe_open
 
 from spade_core.config import SpadeConfig, load_config
 from spade_core.llm.hf import load_tokenizer, pick_device
@@ -419,16 +420,12 @@ class CheckpointTensors(Mapping[str, Any]):
     the update (a copy cost the 135M model's trainer 0.5 GB at its peak)."""
 
     def __init__(self, directory: str) -> None:
-        from safetensors import safe_open
-
         self._files: dict[str, Path] = {}
         for file in sorted(Path(directory).glob("*.safetensors")):
             with safe_open(str(file), framework="pt") as handle:
                 self._files.update(dict.fromkeys(handle.keys(), file))
 
     def __getitem__(self, name: str) -> Any:
-        from safetensors import safe_open
-
         with safe_open(str(self._files[name]), framework="pt") as handle:
             return handle.get_tensor(name)
 
