@@ -143,7 +143,9 @@ def compare_backends(args: argparse.Namespace, specs: list[EpisodeSpec], rollout
     from spade_core.llm.vllm_server import VLLMGenerator
 
     cfg = load_config("tiny")
-    engine_cfg = cfg.model.model_copy(update={"backend": "vllm", "dtype": args.vllm_dtype, "device": "cpu"})
+    engine_cfg = cfg.model.model_copy(
+        update={"backend": "vllm", "dtype": args.vllm_dtype, "engine_dtype": args.vllm_dtype, "device": "cpu"}
+    )
     t0 = time.perf_counter()
     vllm = VLLMGenerator(engine_cfg)
     print(f"vLLM engine ({args.vllm_dtype}) healthy after {time.perf_counter() - t0:.0f} s")
@@ -175,7 +177,9 @@ def compare_replicas(args: argparse.Namespace, specs: list[EpisodeSpec], rollout
     from spade_core.llm.engine_service import EngineService
 
     cfg = load_config("tiny")
-    engine_cfg = cfg.model.model_copy(update={"backend": "vllm", "dtype": args.vllm_dtype, "device": "cpu"})
+    engine_cfg = cfg.model.model_copy(
+        update={"backend": "vllm", "dtype": args.vllm_dtype, "engine_dtype": args.vllm_dtype, "device": "cpu"}
+    )
     rates, served = [], []
     for count in (1, args.replicas):
         service = EngineService(engine_cfg, replicas=count)

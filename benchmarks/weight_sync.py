@@ -58,7 +58,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", help="the engine's dtype")
     args = parser.parse_args()
 
-    cfg = load_config("tiny").model.model_copy(update={"backend": "vllm", "dtype": args.dtype, "device": "cpu"})
+    cfg = load_config("tiny").model.model_copy(
+        update={"backend": "vllm", "dtype": args.dtype, "engine_dtype": args.dtype, "device": "cpu"}
+    )
     base = resolve_model(cfg.name_or_path)
     with tempfile.TemporaryDirectory() as tmp:
         moved = moved_copy(base, Path(tmp) / "moved")
