@@ -165,7 +165,7 @@ def in_process_model(on_cpu: bool, cpu_cores: str | None, command: list[str]) ->
     cores: a replica bound to its cores keeps the worker process, which applies the binding.
 
     Measured on this 2-core machine (135M model, fp32, 32 requests x 64 tokens with log-probs, load 1-1.6):
-    start-up to health 50 s instead of 87 (one process less to import torch and vLLM), 3.9 GB summed RSS
+    start-up to health 50 s instead of 87 (one process less to import torch and vLLM), 3.9 GiB summed RSS
     instead of 4.7, and 272 tokens/s instead of 153 once warm (the model's threads are no longer pinned to
     one core; docs/DESIGN.md §8, "CPU threads").
 

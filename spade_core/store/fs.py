@@ -129,6 +129,7 @@ def strict_glob(fs: fsspec.AbstractFileSystem, pattern: str, *, dirs: bool = Fal
     []
     >>> [p.removeprefix(str(root)) for p in strict_glob(fsspec.filesystem("file"), f"{root}/gen=2/*", dirs=True)]
     ['/gen=2/other', '/gen=2/stages']
+    >>> import shutil; shutil.rmtree(root)
     """
     if "**" in pattern:
         raise ValueError(f"strict_glob takes one component per wildcard, not '**': {pattern!r}")

@@ -7,7 +7,7 @@ the update is loaded with the prefix cache reset, so no block written before is 
 :meth:`KVPages.release_kv_pages` gives the cache's pages back (``madvise(MADV_DONTNEED)`` on each cache
 tensor's whole pages); the next request that writes a block gets a zero page, as the freshly allocated
 cache did. This directory is put on the engine's ``PYTHONPATH`` alone: the module imports nothing of the
-project (the engine runs in its own environment), only the standard library and, inside its method, torch.
+project (the engine runs in its own environment), only the standard library.
 """
 
 from __future__ import annotations
