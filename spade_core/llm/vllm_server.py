@@ -159,49 +159,47 @@ def engine_options(model_cfg: Any, on_cpu: bool, command: list[str]) -> list[str
     return options
 
 
-def in_process_model(on_cpu: bool, cpu_cores: str | None, command: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The options and environment that run a CPU engine's model inside its EngineCore process (vLLM's
-    ``uni`` executor) instead of a worker process of its own — for one engine on a CPU that is not bound to
-    cores: a replica bound to its cores keeps the worker process, which applies the binding.
-
-    Measured on this 2-core machine (135M model, fp32, 32 requests x 64 tokens with log-probs, load 1-1.6):
-    start-up to health 50 s instead of 87 (one process less to import torch and vLLM), 3.9 GiB summed RSS
-    instead of 4.7, and 272 tokens/s instead of 153 once warm (the model's threads are no longer pinned to
-    one core; docs/DESIGN.md §8, "CPU threads").
-
-    >>> in_process_model(True, None, [])
-    (['--distributed-executor-backend', 'uni'], {'VLLM_ENABLE_V1_MULTIPROCESSING': '0'})
-    >>> in_process_model(True, "0", []), in_process_model(False, None, [])
-    (([], {}), ([], {}))
-    >>> in_process_model(True, None, ["--distributed-executor-backend", "mp"])
-    ([], {})
-    """
-    if not on_cpu or cpu_cores is not None or any(p.startswith("--distributed-executor-backend") for p in command):
-        return [], {}
-    return ["--distributed-executor-backend", "uni"], {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-
 ENGINE_WORKER_DIR = Path(__file__).resolve().parent / "engine_worker"
 KV_PAGES_EXTENSION = "spade_kv_pages.KVPages"  # engine_worker/spade_kv_pages.py, on the engine's PYTHONPATH
 
 
-def kv_pages_extension(on_cpu: bool, command: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The option and environment that give a CPU engine the worker method that hands its KV-cache pages
-    back while the trainer runs (:meth:`VLLMGenerator.release_cache`): vLLM's ``--worker-extension-cls``
-    with the module's directory on the engine's ``PYTHONPATH`` (before the caller's, if any). Only for
-    vLLM's own server, and not when the command names an extension already.
+def cpu_engine(on_cpu: bool, cpu_cores: str | None, command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The options and environment a CPU engine runs with beyond its command, each unless the command sets
+    it already:
 
-    >>> options, env = kv_pages_extension(True, ["python", "-m", "vllm.entrypoints.openai.api_server"])
-    >>> options, env["PYTHONPATH"].endswith("engine_worker")
-    (['--worker-extension-cls', 'spade_kv_pages.KVPages'], True)
-    >>> kv_pages_extension(False, ["vllm.entrypoints.openai.api_server"]), kv_pages_extension(True, ["other"])
-    (([], {}), ([], {}))
+    - its model inside the EngineCore process (vLLM's ``uni`` executor), when it is not bound to cores (a
+      replica bound to its cores keeps vLLM's worker process, which applies the binding). Measured on this
+      2-core machine (135M model, fp32, 32 requests x 64 tokens with log-probs, load 1-1.6): start-up to
+      health 50 s instead of 87 (one process less to import torch and vLLM), 3.9 GiB summed RSS instead of
+      4.7, and 272 tokens/s instead of 153 once warm (the model's threads no longer pinned to one core);
+    - for vLLM's own server, the worker method that hands the KV cache's pages back while the trainer runs
+      (:meth:`VLLMGenerator.release_cache`): ``--worker-extension-cls`` with its module's directory first on
+      the engine's ``PYTHONPATH``.
+
+    >>> server = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    >>> options, env = cpu_engine(True, None, server)
+    >>> options, env["VLLM_ENABLE_V1_MULTIPROCESSING"], env["PYTHONPATH"].endswith("engine_worker")
+    (['--distributed-executor-backend', 'uni', '--worker-extension-cls', 'spade_kv_pages.KVPages'], '0', True)
+    >>> cpu_engine(True, "0", server)[0], cpu_engine(False, None, server), cpu_engine(True, None, ["other"])[0]
+    (['--worker-extension-cls', 'spade_kv_pages.KVPages'], ([], {}), ['--distributed-executor-backend', 'uni'])
+    >>> cpu_engine(True, None, ["--distributed-executor-backend", "mp", "--worker-extension-cls", "x"])
+    ([], {})
     """
-    vllm = any("vllm.entrypoints" in part for part in command)
-    if not on_cpu or not vllm or any(part.startswith("--worker-extension-cls") for part in command):
-        return [], {}
-    paths = [str(ENGINE_WORKER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return ["--worker-extension-cls", KV_PAGES_EXTENSION], {"PYTHONPATH": os.pathsep.join(paths)}
+    options: list[str] = []
+    env: dict[str, str] = {}
+    if not on_cpu:
+        return options, env
+
+    def unset(flag: str) -> bool:
+        return not any(part.startswith(flag) for part in command)
+
+    if cpu_cores is None and unset("--distributed-executor-backend"):
+        options += ["--distributed-executor-backend", "uni"]
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if any("vllm.entrypoints" in part for part in command) and unset("--worker-extension-cls"):
+        options += ["--worker-extension-cls", KV_PAGES_EXTENSION]
+        env["PYTHONPATH"] = os.pathsep.join([str(ENGINE_WORKER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return options, env
 
 
 def engine_sleeps(model_cfg: Any, on_cpu: bool) -> bool:
@@ -324,11 +322,8 @@ class VLLMGenerator:
         if self.cpu_cores is not None and self.on_cpu:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_cores
         command = self._command(self._served(model_path), port, socket_path)
-        for options, extra_env in (
-            in_process_model(self.on_cpu, self.cpu_cores, command),
-            kv_pages_extension(self.on_cpu, command),
-        ):
-            command, env = command + options, {**env, **extra_env}
+        options, extra_env = cpu_engine(self.on_cpu, self.cpu_cores, command)
+        command, env = command + options, {**env, **extra_env}
         self.server = ServerProcess(command, port, self.startup_timeout_s, env, socket_path, self.api_key)
         self.server.start()
         self._generation += 1

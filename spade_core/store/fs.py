@@ -113,7 +113,7 @@ def _named_errors_s3fs() -> type[s3fs.S3FileSystem]:
 
 def strict_glob(fs: fsspec.AbstractFileSystem, pattern: str, *, dirs: bool = False) -> list[str]:
     """The files (``dirs``: the directories) matching ``pattern`` (``*``, ``?`` and ``[...]`` within one path
-    component; no ``**``), in name order, found by one listing per matched directory.
+    component, the last one among them; no ``**``), in name order, found by one listing per matched directory.
 
     fsspec's own ``glob`` walks with ``on_error="omit"``: a listing that fails (an S3 503 that outlasts the
     retries, a permission error) counts as an empty directory, and a reader would answer from part of the
@@ -131,14 +131,12 @@ def strict_glob(fs: fsspec.AbstractFileSystem, pattern: str, *, dirs: bool = Fal
     ['/gen=2/other', '/gen=2/stages']
     >>> import shutil; shutil.rmtree(root)
     """
-    if "**" in pattern:
-        raise ValueError(f"strict_glob takes one component per wildcard, not '**': {pattern!r}")
     parts = fs._strip_protocol(pattern).split("/")
-    magic = [i for i, part in enumerate(parts) if glob_magic(part)]
-    if not magic:
-        return [pattern] if (fs.isdir if dirs else fs.isfile)(pattern) else []
-    found = ["/".join(parts[: magic[0]]) or "/"]
-    for depth in range(magic[0], len(parts)):
+    if "**" in pattern or not glob_magic(parts[-1]):
+        raise ValueError(f"strict_glob needs a wildcard in the last component and no '**': {pattern!r}")
+    first = next(i for i, part in enumerate(parts) if glob_magic(part))
+    found = ["/".join(parts[:first]) or "/"]
+    for depth in range(first, len(parts)):
         last, part, matched = depth == len(parts) - 1, parts[depth], []
         for directory in found:
             if not glob_magic(part):
@@ -154,8 +152,6 @@ def strict_glob(fs: fsspec.AbstractFileSystem, pattern: str, *, dirs: bool = Fal
                 if entry.get("type") == wanted and fnmatch.fnmatchcase(posixpath.basename(name), part):
                     matched.append(name)
         found = matched
-    if not glob_magic(parts[-1]):  # a literal last component: keep the files that are there
-        found = [path for path in found if (fs.isdir if dirs else fs.isfile)(path)]
     return sorted(set(found))
 
 

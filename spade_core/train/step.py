@@ -438,11 +438,12 @@ class CheckpointTensors(Mapping[str, Any]):
 
 def _weights_before(model: Any, model_path: str) -> Mapping[str, Any] | None:
     """The trained parameters as the update found them: read back from the checkpoint the model was loaded
-    from when its files hold every trained parameter under its name and dtype (full fine-tuning), else a CPU
-    copy of them (a LoRA adapter's), or None when a copy would be too large."""
+    from when its files hold every trained parameter under its name (full fine-tuning; :func:`_weight_delta`
+    casts them as loading did), else a CPU copy of them (a LoRA adapter's), or None when a copy would be too
+    large."""
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     stored = CheckpointTensors(model_path) if Path(model_path).is_dir() else None
-    if stored is not None and all(n in stored and stored[n].dtype == p.dtype for n, p in trained):
+    if stored is not None and all(n in stored for n, _ in trained):
         return stored
     if sum(p.numel() for _, p in trained) > SNAPSHOT_LIMIT:
         return None
@@ -457,7 +458,7 @@ def _weight_delta(model: Any, before: Mapping[str, Any]) -> tuple[float, float]:
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name in before:
-                old = before[name].float()
+                old = before[name].to(param.dtype).float()  # a checkpoint's tensor, as loading cast it
                 moved += float((param.detach().to("cpu").float() - old).pow(2).sum())
                 size += float(old.pow(2).sum())
     return moved**0.5, (moved / size) ** 0.5 if size else 0.0
